@@ -1,0 +1,33 @@
+# Two commands on a fresh machine: `make run` and `make test`. Everything else is optional.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export RMI_HOME ?= $(CURDIR)/.rmi
+
+.PHONY: run test ui bench lint clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+run: $(STAMP)  ## the whole loop on embedded defaults, from an empty RMI_HOME
+	$(BIN)/rmi run --fresh
+
+test: $(STAMP)  ## the test suite (about 10 minutes on 2 cores)
+	$(BIN)/python -m pytest -q tests
+
+ui: $(STAMP)  ## the Dagster web UI on http://127.0.0.1:3000 over RMI_HOME
+	$(BIN)/rmi ui
+
+bench: $(STAMP)  ## seconds per stage of one cycle, and the share spent on orchestration
+	$(BIN)/python bench/cycle_breakdown.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check rmi_pipeline tests bench
+	$(BIN)/lint-imports
+
+clean:  ## remove the venv and everything the loop wrote
+	rm -rf $(VENV) $(RMI_HOME) .pytest_cache .ruff_cache *.egg-info

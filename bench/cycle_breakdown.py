@@ -1,0 +1,86 @@
+"""Where one improvement cycle spends its time: model compute against orchestration.
+
+    python bench/cycle_breakdown.py            (or `make bench`)
+
+In a throwaway RMI_HOME it trains a first model, lets simulated users give one batch of feedback, then
+times one cycle: the world, the ingest run and the improvement_cycle run, each Dagster step, and inside
+them the pure compute (Lightning fit, batched decoding on the eval suite). Everything else in the wall
+time - Dagster runs and events, MLflow calls, validation, file I/O, process start-up - is orchestration.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    home = Path(tempfile.mkdtemp(prefix="rmi-bench-"))
+    os.environ["RMI_HOME"] = str(home)
+    from rmi_pipeline.cli import QUIET_LOGS, ingest_new_batches, prepare_home
+    from rmi_pipeline.settings import Settings
+
+    settings = Settings()
+    prepare_home(settings)
+    started = time.perf_counter()
+    from dagster import DagsterInstance
+
+    from rmi_pipeline.definitions import defs
+    from rmi_pipeline.world import World
+
+    load_seconds = time.perf_counter() - started
+    instance = DagsterInstance.get()
+    world = World(settings)
+    world.ensure_eval_suite()
+    cycle_job = defs.resolve_job_def("improvement_cycle")
+    print(f"bench: first model in {home} ...", flush=True)
+    cycle_job.execute_in_process(instance=instance, run_config=QUIET_LOGS)
+
+    print("bench: timing one improvement cycle ...", flush=True)
+    wall = time.perf_counter()
+    t = time.perf_counter()
+    world.serve_cycle(1)
+    world_seconds = time.perf_counter() - t
+    t = time.perf_counter()
+    ingest_new_batches(defs, instance)
+    ingest_seconds = time.perf_counter() - t
+    t = time.perf_counter()
+    result = cycle_job.execute_in_process(instance=instance, run_config=QUIET_LOGS)
+    cycle_seconds = time.perf_counter() - t
+    wall = time.perf_counter() - wall
+
+    meta = {e.asset_key.to_user_string(): {k: v.value for k, v in e.materialization.metadata.items()}
+            for e in result.get_asset_materialization_events()}
+    fit = meta["candidate_model"]["train_seconds"]
+    decode = meta["candidate_evaluation"]["eval_compute_seconds"]
+    steps = {s.step_key: s.end_time - s.start_time for s in instance.get_run_step_stats(result.run_id)}
+    compute = fit + decode
+    rows = [
+        ("world: users query the champion (simulation)", world_seconds),
+        ("ingest run (validation, warehouse, Dagster)", ingest_seconds),
+        ("improvement_cycle run", cycle_seconds),
+        *((f"  step {k}", v) for k, v in steps.items()),
+        ("  of which Lightning fit", fit),
+        ("  of which eval decoding", decode),
+    ]
+    width = max(len(name) for name, _ in rows)
+    print(f"\n{'stage'.ljust(width)}  seconds")
+    for name, seconds in rows:
+        print(f"{name.ljust(width)}  {seconds:7.2f}")
+    pipeline = wall - world_seconds
+    print(f"\ncycle wall time (without the simulated world): {pipeline:.1f} s")
+    print(f"training + evaluation compute: {compute:.1f} s = {compute / pipeline:.0%}")
+    print(f"orchestration (Dagster, MLflow, validation, I/O): {pipeline - compute:.1f} s "
+          f"= {(pipeline - compute) / pipeline:.0%}")
+    print(f"loading the definitions in this process: {load_seconds:.2f} s")
+    probe = subprocess.run([sys.executable, "-c", "import time; t=time.perf_counter(); "
+                            "import rmi_pipeline.definitions; print(time.perf_counter()-t)"],
+                           capture_output=True, text=True, check=True)
+    print(f"process start-up, definitions in a fresh process (paid per run under the daemon): "
+          f"{float(probe.stdout):.2f} s")
+
+
+if __name__ == "__main__":
+    main()

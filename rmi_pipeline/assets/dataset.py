@@ -1,0 +1,105 @@
+"""The training dataset: feedback turned into (prompt, target) rows, versioned, checked against the evals.
+
+Targets come from thumbs-up answers and from corrections; thumbs-down without a correction teach nothing
+here. The recipe's seed set is replayed in every version so nothing learned at the start is forgotten.
+Rows whose prompt is an eval item (by canonical hash) are removed and counted: users ask such questions
+naturally. A canary string in any row means eval data leaked into feedback: the check fails and blocks.
+"""
+
+
+import hashlib
+import random
+from datetime import UTC, datetime
+
+from dagster import AssetCheckResult, AssetCheckSpec, AssetExecutionContext, MaterializeResult, asset
+
+from .. import layout
+from ..resources.registry import ModelRegistry
+from ..resources.storage import ObjectStore
+from ..resources.warehouse import Warehouse
+from ..settings import Settings
+from .evals import eval_suite
+from .feedback import feedback_events
+
+CHECKS = [
+    AssetCheckSpec("no_eval_overlap", asset="training_dataset", blocking=True,
+                   description="No row's canonical prompt hash is an eval item's."),
+    AssetCheckSpec("no_canary", asset="training_dataset", blocking=True,
+                   description="The eval suite's canary string appears in no row."),
+]
+
+
+@asset(deps=[feedback_events, eval_suite], group_name="training", kinds={"parquet"}, check_specs=CHECKS)
+def training_dataset(
+    context: AssetExecutionContext, storage: ObjectStore, warehouse: Warehouse, registry: ModelRegistry
+) -> MaterializeResult:
+    import polars as pl
+
+    from ..recipes.base import load_recipe
+
+    settings = Settings()
+    recipe = load_recipe(settings.recipe)
+    manifest = storage.read_json(layout.EVAL_MANIFEST)
+    eval_hashes, canary = set(manifest["hashes"]), manifest["canary"]
+
+    feedback = warehouse.query(
+        "SELECT prompt, coalesce(correction, completion) AS target, batch_id, "
+        "CASE WHEN correction IS NOT NULL THEN 'correction' ELSE 'thumbs_up' END AS source "
+        "FROM feedback_events WHERE correction IS NOT NULL OR rating = 'up' ORDER BY ts, event_id")
+    seed = recipe.seed_tasks(random.Random(settings.seed))
+    rows = pl.concat([
+        pl.DataFrame({"prompt": [t.prompt for t in seed], "target": [t.answer for t in seed],
+                      "batch_id": [None] * len(seed), "source": ["seed"] * len(seed)},
+                     schema=feedback.schema),
+        feedback,
+    ])
+    usable = [recipe.is_valid_prompt(p) and recipe.is_valid_completion(t)
+              for p, t in zip(rows["prompt"], rows["target"], strict=True)]
+    unusable = len(rows) - sum(usable)
+    rows = rows.filter(pl.Series(usable))
+    overlap = pl.Series([recipe.prompt_hash(p) in eval_hashes for p in rows["prompt"]])
+    removed_overlap = int(overlap.sum())
+    rows = rows.filter(~overlap)
+    remaining_overlap = sum(recipe.prompt_hash(p) in eval_hashes for p in rows["prompt"])
+    canary_rows = int(rows.filter(pl.col("prompt").str.contains(canary, literal=True)
+                                  | pl.col("target").str.contains(canary, literal=True)).height)
+    slices = [recipe.slice_of(p) for p in rows["prompt"]]
+    rows = rows.with_columns(skill=pl.Series([s for s, _ in slices]), tier=pl.Series([t for _, t in slices]))
+
+    champion = registry.version("champion")
+    trained = _batches_of(storage, champion.tags.get("dataset_version")) if champion else set()
+    batches = sorted(b for b in rows["batch_id"].unique().to_list() if b is not None)
+    new_batches = sorted(set(batches) - trained)  # feedback the champion has not learned from
+    is_new = rows["batch_id"].is_in(new_batches)
+    n_new = int(is_new.sum())
+    share = settings.new_feedback_share if 0 < n_new < len(rows) else n_new / max(1, len(rows))
+    rows = rows.with_columns(weight=pl.when(is_new).then(share / max(1, n_new))
+                             .otherwise((1 - share) / max(1, len(rows) - n_new)))
+
+    digest = hashlib.sha256(rows.select("prompt", "target").write_csv().encode()).hexdigest()[:8]
+    version = f"ds-{datetime.now(UTC):%Y%m%dT%H%M%S}-{digest}"
+    by_source = {r["source"]: r["len"] for r in rows.group_by("source").len().to_dicts()}
+    uri = storage.write_parquet(f"{layout.DATASETS}/{version}/train.parquet", rows)
+    storage.write_json(f"{layout.DATASETS}/{version}/manifest.json", {
+        "version": version, "rows": len(rows), "by_source": by_source, "batches": batches,
+        "new_batches": new_batches, "eval_version": manifest["version"], "created_at": datetime.now(UTC).isoformat(),
+    })
+    storage.write_json(f"{layout.DATASETS}/latest.json", {"version": version})
+    context.log.info(f"dataset {version}: {len(rows)} rows {by_source}, {len(new_batches)} new batches, "
+                     f"{removed_overlap} eval-overlap rows removed, {unusable} unusable")
+    return MaterializeResult(
+        metadata={"version": version, "uri": uri, "rows": len(rows), "new_feedback_rows": n_new,
+                  "new_batches": ", ".join(new_batches) or "none", "unusable_rows": unusable,
+                  "removed_eval_overlap": removed_overlap, **{f"rows_{k}": v for k, v in by_source.items()}},
+        check_results=[
+            AssetCheckResult(check_name="no_eval_overlap", passed=remaining_overlap == 0,
+                             metadata={"removed_rows": removed_overlap, "remaining_overlap": remaining_overlap}),
+            AssetCheckResult(check_name="no_canary", passed=canary_rows == 0,
+                             metadata={"rows_with_canary": canary_rows}),
+        ],
+    )
+
+
+def _batches_of(storage: ObjectStore, version: str | None) -> set[str]:
+    key = f"{layout.DATASETS}/{version}/manifest.json"
+    return set(storage.read_json(key)["batches"]) if version and storage.exists(key) else set()

@@ -1,0 +1,44 @@
+"""The champion: the alias moves to the challenger only when its evaluation says promote."""
+
+
+from datetime import UTC, datetime
+
+from dagster import AssetExecutionContext, MaterializeResult, asset
+
+from .. import layout
+from ..resources.registry import CHALLENGER, CHAMPION, ModelRegistry
+from ..resources.storage import ObjectStore
+from .evaluation import candidate_evaluation
+
+
+@asset(deps=[candidate_evaluation], group_name="promotion", kinds={"mlflow"}, output_required=False)
+def champion(context: AssetExecutionContext, storage: ObjectStore, registry: ModelRegistry):
+    """Materializes only when the champion changes; a rejected challenger leaves everything as it was."""
+    challenger = registry.version(CHALLENGER)
+    if challenger is None:
+        raise LookupError(f"model {registry.model_name!r} has no challenger")
+    key = f"{layout.EVALUATIONS}/v{challenger.version}.json"
+    if not storage.exists(key):
+        raise FileNotFoundError(f"challenger v{challenger.version} has not been evaluated ({key})")
+    report = storage.read_json(key)
+    decision = report["decision"]
+    if not decision["promote"]:
+        context.log.info(f"champion unchanged: challenger v{challenger.version} rejected: {decision['reason']}")
+        return
+    current = registry.version(CHAMPION)
+    if (current.version if current else None) != report["champion_version"]:
+        raise RuntimeError(f"the champion moved since challenger v{challenger.version} was evaluated against "
+                           f"v{report['champion_version']}; evaluate again before promoting")
+    previous = registry.promote(challenger.version, {
+        "promoted_at": datetime.now(UTC).isoformat(), "promoted_by": "gate",
+        "promoted_in_dagster_run": context.run.run_id, "previous_champion": previous_or_none(current),
+    })
+    context.log.info(f"champion v{previous} -> v{challenger.version}: {decision['reason']}")
+    yield MaterializeResult(metadata={
+        "champion_version": challenger.version, "previous_champion": previous or "none",
+        "private_mean": round(decision["challenger_mean"], 4), "reason": decision["reason"],
+    })
+
+
+def previous_or_none(version) -> str:
+    return version.version if version else "none"

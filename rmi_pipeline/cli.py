@@ -1,0 +1,180 @@
+"""`rmi`: run the whole loop against the simulated world, open the UI, or look at where things stand.
+
+    rmi run [--cycles 5] [--fresh]   world -> feedback -> pipeline, N improvement cycles after a first model
+    rmi ui [--port 3000]             the Dagster UI over RMI_HOME (sensors on)
+    rmi simulate --cycle N           one batch of user feedback from the current champion
+    rmi status                       champion, challenger, warehouse and recent runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from .settings import Settings
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STATE = ("store", "dagster", "mlartifacts", "mlflow.db", "warehouse.duckdb", "learning_curve.png",
+         "run_summary.json")
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def prepare_home(settings: Settings, fresh: bool = False) -> Path:
+    """RMI_HOME with Dagster's instance inside it; `fresh` removes only what the loop itself wrote."""
+    home = settings.resolved_home
+    if fresh:
+        for name in STATE:
+            target = home / name
+            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+    settings.dagster_home.mkdir(parents=True, exist_ok=True)
+    config = settings.dagster_home / "dagster.yaml"
+    template = REPO_ROOT / "dagster.yaml"
+    if template.exists():
+        shutil.copyfile(template, config)
+    elif not config.exists():
+        config.write_text("telemetry:\n  enabled: false\n")
+    os.environ["RMI_HOME"] = str(home)  # runs and `dagster dev` children see the same settings
+    os.environ["DAGSTER_HOME"] = str(settings.dagster_home)
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    return home
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+def cmd_run(args) -> int:
+    settings = Settings()
+    home = prepare_home(settings, fresh=args.fresh)
+    say(f"rmi run: {args.cycles} improvement cycles after a first model; state in {home}")
+    from dagster import DagsterInstance
+
+    from .definitions import defs
+    from .report import CycleRecord, learning_curve, summary_table, write_summary
+    from .world import World
+
+    instance = DagsterInstance.get()
+    world = World(settings)
+    if world.ensure_eval_suite():
+        say("curators wrote the private eval suite")
+    records: list[CycleRecord] = []
+    started = time.perf_counter()
+    for cycle in range(args.cycles + 1):
+        record = CycleRecord(cycle=cycle)
+        if cycle > 0:
+            t = time.perf_counter()
+            batch, record.world = world.serve_cycle(cycle)
+            record.seconds["world"] = time.perf_counter() - t
+            say(f"[cycle {cycle}] users asked {record.world['queries']} questions of champion "
+                f"v{record.world['champion_version']} (right {record.world['served_accuracy']:.0%}); "
+                f"batch {batch} landed")
+            t = time.perf_counter()
+            record.ingest = ingest_new_batches(defs, instance)
+            record.seconds["ingest"] = time.perf_counter() - t
+            say(f"[cycle {cycle}] ingested: {record.ingest}")
+        say(f"[cycle {cycle}] improvement cycle: dataset -> training -> evaluation -> gate")
+        result = defs.resolve_job_def("improvement_cycle").execute_in_process(
+            instance=instance, raise_on_error=False, run_config=QUIET_LOGS,
+            tags={"rmi/cycle": str(cycle), "rmi/trigger": "rmi-run"})
+        record.read_cycle_run(result, instance)
+        say(record.progress_line())
+        if not result.success:
+            say(f"[cycle {cycle}] the cycle run failed; the champion did not move. See `make ui`, run "
+                f"{result.run_id}.")
+        records.append(record)
+        if cycle == 0 and world.registry.version("champion") is None:
+            say("[cycle 0] no first model reached the floor, so nothing can serve users yet; try more "
+                "RMI_BOOTSTRAP_STEPS or a lower RMI_GATE_FIRST_FLOOR")
+            break
+    say("")
+    say(summary_table(records))
+    png = learning_curve(records, home / "learning_curve.png")
+    write_summary(records, home / "run_summary.json")
+    say(f"\nlearning curve: {png}\nsummary: {home / 'run_summary.json'}\n"
+        f"total {time.perf_counter() - started:.0f} s; `make ui` shows every run and the lineage")
+    return 0 if all(r.success for r in records) else 1
+
+
+def ingest_new_batches(defs, instance) -> dict:
+    """One tick of new_feedback_sensor, with its runs executed here rather than by the daemon."""
+    from dagster import build_sensor_context
+
+    sensor = defs.resolve_sensor_def("new_feedback_sensor")
+    result = sensor(build_sensor_context(instance=instance, resources={"storage": defs.resources["storage"]}))
+    totals = {"batches": 0, "rows_in": 0, "ingested": 0, "duplicates": 0, "quarantined": 0, "failed": 0}
+    if not hasattr(result, "run_requests"):
+        return totals
+    for request in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    job = defs.resolve_job_def("ingest_feedback")
+    for run in result.run_requests or []:
+        out = job.execute_in_process(instance=instance, partition_key=run.partition_key, raise_on_error=False,
+                                     run_config=QUIET_LOGS, tags=dict(run.tags))
+        totals["batches"] += 1
+        totals["failed"] += not out.success
+        for event in out.get_asset_materialization_events():
+            if event.asset_key.to_user_string() == "feedback_events":
+                meta = event.materialization.metadata
+                for key in ("rows_in", "ingested", "duplicates", "quarantined"):
+                    totals[key] += meta[key].value
+    return totals
+
+
+def cmd_ui(args) -> int:
+    settings = Settings()
+    prepare_home(settings)
+    dagster = shutil.which("dagster", path=str(Path(sys.executable).parent)) or "dagster"
+    target = ["-w", "workspace.yaml"] if Path("workspace.yaml").exists() else ["-m", "rmi_pipeline.definitions"]
+    say(f"Dagster UI on http://127.0.0.1:{args.port} over {settings.resolved_home} (Ctrl-C stops it)")
+    os.execv(dagster, [dagster, "dev", *target, "-h", "127.0.0.1", "-p", str(args.port)])
+
+
+def cmd_simulate(args) -> int:
+    settings = Settings()
+    prepare_home(settings)
+    from .world import World
+
+    world = World(settings)
+    world.ensure_eval_suite()
+    batch, stats = world.serve_cycle(args.cycle)
+    say(f"landed {batch}: {stats}")
+    return 0
+
+
+def cmd_status(args) -> int:
+    settings = Settings()
+    prepare_home(settings)
+    from .report import status_text
+
+    say(status_text(settings))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rmi", description="Recursive model improvement on Dagster.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the loop against the simulated world")
+    run.add_argument("--cycles", type=int, default=5, help="improvement cycles after the first model")
+    run.add_argument("--fresh", action="store_true", help="start from an empty RMI_HOME")
+    run.set_defaults(fn=cmd_run)
+    ui = sub.add_parser("ui", help="the Dagster web UI on 127.0.0.1")
+    ui.add_argument("--port", type=int, default=3000)
+    ui.set_defaults(fn=cmd_ui)
+    sim = sub.add_parser("simulate", help="land one batch of simulated user feedback")
+    sim.add_argument("--cycle", type=int, default=1, help="how far users have drifted toward hard questions")
+    sim.set_defaults(fn=cmd_simulate)
+    sub.add_parser("status", help="champion, challenger, warehouse").set_defaults(fn=cmd_status)
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except (LookupError, FileNotFoundError, ValueError, RuntimeError) as exc:
+        print(f"rmi {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

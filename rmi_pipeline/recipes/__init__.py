@@ -1,0 +1,1 @@
+"""Recipes: the plug-in point where a team brings its own model (see base.py)."""

@@ -1,0 +1,56 @@
+"""Arithmetic problems as users type them: 'a+b=' and 'a-b=' (a >= b), up to WIDTH digits.
+
+Tier L means the larger operand has L digits; the generator draws both operands with L digits.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+WIDTH = 8  # digits per operand; answers have WIDTH + 1
+SKILLS = ("add", "sub")
+OPS = {"add": "+", "sub": "-"}
+_PROMPT = re.compile(r"^(\d{1,%d})([+-])(\d{1,%d})=$" % (WIDTH, WIDTH))
+_ANSWER = re.compile(r"^\d{1,%d}$" % (WIDTH + 1))
+
+
+def parse(prompt: str) -> tuple[int, str, int] | None:
+    """(a, op, b) of a well-formed prompt, else None."""
+    m = _PROMPT.match(prompt)
+    if not m:
+        return None
+    a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
+    if op == "-" and a < b:  # answers are never negative
+        return None
+    return a, op, b
+
+
+def is_answer(text: str) -> bool:
+    return bool(_ANSWER.match(text))
+
+
+def solve(a: int, op: str, b: int) -> int:
+    return a + b if op == "+" else a - b
+
+
+def tier_of(a: int, b: int) -> int:
+    return len(str(max(a, b)))
+
+
+def operand(rng: random.Random, digits: int) -> int:
+    return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
+
+
+def problem(rng: random.Random, skill: str, tier: int) -> tuple[str, int]:
+    a, b = operand(rng, tier), operand(rng, tier)
+    if skill == "sub" and a < b:
+        a, b = b, a
+    op = OPS[skill]
+    return f"{a}{op}{b}=", solve(a, op, b)
+
+
+def distinct_problems(skill: str, tier: int) -> int:
+    """How many different problems a slice has (addition counted up to operand order)."""
+    n = 10 if tier == 1 else 9 * 10 ** (tier - 1)
+    return n * (n + 1) // 2

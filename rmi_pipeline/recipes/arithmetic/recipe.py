@@ -1,0 +1,112 @@
+"""The default recipe: a 0.1M-parameter transformer that learns multi-digit addition and subtraction."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from ..base import Recipe, Task
+from . import problems, tokens
+
+SEED_TIERS = (1, 2, 3)
+SEED_PER_SKILL = 2000
+
+
+class ArithmeticRecipe(Recipe):
+    name = "arithmetic"
+    skills = problems.SKILLS
+    tiers = tuple(range(1, problems.WIDTH + 1))
+    model_config = {"vocab_size": len(tokens.VOCAB), "block_size": tokens.BLOCK_SIZE,
+                    "n_layer": 2, "n_head": 2, "n_embd": 64}
+
+    def build_model(self, learning_rate: float, max_steps: int):
+        from ...ml.gpt import LitGPT
+
+        return LitGPT(self.model_config, learning_rate=learning_rate, max_steps=max_steps)
+
+    def encode(self, prompts, completions):
+        rows = []
+        for prompt, completion in zip(prompts, completions, strict=True):
+            a, op, b = self._parse(prompt)
+            if not problems.is_answer(completion):
+                raise ValueError(f"not a trainable answer: {completion!r}")
+            rows.append(tokens.model_prompt(a, op, b) + tokens.model_answer(int(completion)))
+        ids = tokens.encode(rows) if rows else torch.empty(0, tokens.BLOCK_SIZE, dtype=torch.long)
+        mask = torch.zeros_like(ids, dtype=torch.bool)
+        mask[:, tokens.PROMPT_LEN:] = True
+        return ids, mask
+
+    def answer(self, model, prompts):
+        from ...ml.decoding import greedy
+
+        net = getattr(model, "model", model)  # a LitGPT or its bare GPT
+        parsed = [problems.parse(p) for p in prompts]
+        valid = [i for i, p in enumerate(parsed) if p is not None]
+        out = [""] * len(prompts)
+        if valid:
+            ids = tokens.encode([tokens.model_prompt(*parsed[i]) for i in valid])
+            new = greedy(net, ids, tokens.ANSWER_LEN)
+            for i, row in zip(valid, new.tolist(), strict=True):
+                out[i] = tokens.read_answer(row)
+        return out
+
+    def is_valid_prompt(self, prompt):
+        return problems.parse(prompt) is not None
+
+    def is_valid_completion(self, completion):
+        return problems.is_answer(completion)
+
+    def slice_of(self, prompt):
+        a, op, b = self._parse(prompt)
+        return ("add" if op == "+" else "sub"), problems.tier_of(a, b)
+
+    def canonical(self, prompt):
+        a, op, b = self._parse(prompt)
+        if op == "+":  # 3+5 and 5+3 are the same problem
+            a, b = min(a, b), max(a, b)
+        return f"{a}{op}{b}="
+
+    def sample_tasks(self, rng, n, skills, tiers):
+        tasks = []
+        for _ in range(n):
+            skill, tier = rng.choice(skills), rng.choice(tiers)
+            prompt, value = problems.problem(rng, skill, tier)
+            tasks.append(Task(prompt, str(value), skill, tier))
+        return tasks
+
+    def seed_tasks(self, rng):
+        return [t for skill in self.skills
+                for t in self.sample_tasks(rng, SEED_PER_SKILL, [skill], list(SEED_TIERS))]
+
+    def verify(self, prompt, completion):
+        parsed = problems.parse(prompt)
+        if parsed is None:
+            return 0.0, "The question is not a problem this model answers."
+        want = str(problems.solve(*parsed))
+        if not problems.is_answer(completion):
+            return 0.0, f"The answer must be digits only; got {completion!r}."
+        got = str(int(completion))
+        if got == want:
+            return 1.0, "Correct."
+        if len(got) != len(want):
+            return 0.0, f"The answer should have {len(want)} digits, not {len(got)}."
+        places = [i for i, (g, w) in enumerate(zip(got[::-1], want[::-1])) if g != w]
+        names = ", ".join(_place(i) for i in places)
+        return 0.0, f"Wrong digit in the {names} place; check the carry into it."
+
+    def is_private_slice(self, skill, tier, items):
+        # A slice can stay out of training only if it has far more problems than the eval draws.
+        return problems.distinct_problems(skill, tier) >= 20 * items
+
+    @staticmethod
+    def _parse(prompt: str) -> tuple[int, str, int]:
+        parsed = problems.parse(prompt)
+        if parsed is None:
+            raise ValueError(f"not an arithmetic prompt: {prompt!r}")
+        return parsed
+
+
+def _place(i: int) -> str:
+    names = ["ones", "tens", "hundreds", "thousands"]
+    return names[i] if i < len(names) else f"10^{i}"

@@ -1,0 +1,115 @@
+"""The recipe contract: everything model-specific the loop needs, behind one small interface.
+
+A team brings its own model by writing a Recipe subclass and pointing RMI_RECIPE at it
+('package.module:ClassName'). Everything above the recipe is model-agnostic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Task:
+    """One problem with its true answer; `skill` and `tier` name its slice."""
+
+    prompt: str
+    answer: str
+    skill: str
+    tier: int
+
+
+class Recipe(ABC):
+    name: str
+    skills: tuple[str, ...]
+    tiers: tuple[int, ...]
+
+    @abstractmethod
+    def build_model(self, learning_rate: float, max_steps: int):
+        """A fresh LightningModule with random weights."""
+
+    @abstractmethod
+    def encode(self, prompts: list[str], completions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training rows: (tokens, loss_mask), loss on completion tokens only."""
+
+    @abstractmethod
+    def answer(self, model: torch.nn.Module, prompts: list[str]) -> list[str]:
+        """Batched greedy completions, as a user would read them."""
+
+    @abstractmethod
+    def is_valid_prompt(self, prompt: str) -> bool:
+        """Whether a prompt is one this model can be asked (others cannot train it)."""
+
+    @abstractmethod
+    def is_valid_completion(self, completion: str) -> bool:
+        """Whether a text can be a training target."""
+
+    @abstractmethod
+    def slice_of(self, prompt: str) -> tuple[str, int]:
+        """(skill, tier) of a valid prompt."""
+
+    @abstractmethod
+    def canonical(self, prompt: str) -> str:
+        """A normal form under which two prompts that ask the same thing are equal (eval hygiene)."""
+
+    @abstractmethod
+    def sample_tasks(self, rng: random.Random, n: int, skills: list[str], tiers: list[int]) -> list[Task]:
+        """Problems with true answers, drawn evenly over the given skills and tiers."""
+
+    @abstractmethod
+    def seed_tasks(self, rng: random.Random) -> list[Task]:
+        """The small labelled set the very first model learns from."""
+
+    @abstractmethod
+    def verify(self, prompt: str, completion: str) -> tuple[float, str]:
+        """The recipe's unit test of an answer: (reward in [0, 1], a critique a person could read)."""
+
+    @abstractmethod
+    def is_private_slice(self, skill: str, tier: int, items: int) -> bool:
+        """Whether `items` eval problems of a slice can stay out of any training set (enough problems exist)."""
+
+    def build_eval_suite(self, rng: random.Random, items_per_slice: int) -> list[Task]:
+        """A labelled eval suite, `items_per_slice` distinct problems per skill and tier."""
+        suite: list[Task] = []
+        for skill in self.skills:
+            for tier in self.tiers:
+                seen: dict[str, Task] = {}
+                for _ in range(100):  # small slices run out of distinct problems: keep what exists
+                    for task in self.sample_tasks(rng, items_per_slice, [skill], [tier]):
+                        seen.setdefault(self.canonical(task.prompt), task)
+                    if len(seen) >= items_per_slice:
+                        break
+                suite.extend(list(seen.values())[:items_per_slice])
+        return suite
+
+    def exact_match(self, model, tasks: list[Task]) -> dict[tuple[str, int], float]:
+        """Share of exactly right answers per (skill, tier) slice."""
+        answers = self.answer(model, [t.prompt for t in tasks])
+        hits: dict[tuple[str, int], list[bool]] = {}
+        for task, got in zip(tasks, answers, strict=True):
+            hits.setdefault((task.skill, task.tier), []).append(got == task.answer)
+        return {s: sum(h) / len(h) for s, h in sorted(hits.items())}
+
+    def prompt_hash(self, prompt: str) -> str:
+        return hashlib.sha256(self.canonical(prompt).encode()).hexdigest()
+
+
+def load_recipe(import_path: str) -> Recipe:
+    """Instantiate 'package.module:ClassName', with an error that says what is wrong."""
+    module_name, _, class_name = import_path.partition(":")
+    if not class_name:
+        raise ValueError(f"RMI_RECIPE must look like 'package.module:ClassName', got {import_path!r}")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"cannot load recipe {import_path!r}: {exc}") from exc
+    recipe = cls()
+    if not isinstance(recipe, Recipe):
+        raise TypeError(f"{import_path} is not a rmi_pipeline.recipes.base.Recipe")
+    return recipe

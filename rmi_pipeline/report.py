@@ -1,0 +1,125 @@
+"""What a person reads after `rmi run`: a table per cycle, a learning curve, and `rmi status`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+STAGES = {"training_dataset": "dataset", "candidate_model": "train", "candidate_evaluation": "eval",
+          "champion": "promote", "eval_suite": "suite"}
+
+
+@dataclass
+class CycleRecord:
+    cycle: int
+    success: bool = True
+    world: dict = field(default_factory=dict)
+    ingest: dict = field(default_factory=dict)
+    dataset_rows: int | None = None
+    removed_eval_overlap: int | None = None
+    challenger_version: str | None = None
+    verdict: str | None = None
+    reason: str = ""
+    challenger: dict = field(default_factory=dict)  # skill -> private mean, plus "mean"
+    champion: dict = field(default_factory=dict)  # the champion after this cycle's gate
+    champion_version: str | None = None
+    seconds: dict = field(default_factory=dict)
+    run_id: str | None = None
+
+    def read_cycle_run(self, result, instance) -> None:
+        """Fill in from the improvement_cycle run: materialization metadata and step timings."""
+        self.success, self.run_id = result.success, result.run_id
+        meta = {}
+        for event in result.get_asset_materialization_events():
+            meta[event.asset_key.to_user_string()] = {k: v.value for k, v in
+                                                      event.materialization.metadata.items()}
+        ds, ev = meta.get("training_dataset", {}), meta.get("candidate_evaluation", {})
+        self.dataset_rows, self.removed_eval_overlap = ds.get("rows"), ds.get("removed_eval_overlap")
+        self.challenger_version = meta.get("candidate_model", {}).get("model_version")
+        self.verdict, self.reason = ev.get("verdict", "failed"), ev.get("reason", "")
+        skills = sorted(k.removeprefix("challenger_skill_") for k in ev if k.startswith("challenger_skill_"))
+        self.challenger = {s: ev[f"challenger_skill_{s}"] for s in skills}
+        if "challenger_private_mean" in ev:
+            self.challenger["mean"] = ev["challenger_private_mean"]
+        old = {s: ev.get(f"champion_skill_{s}") for s in skills} | {"mean": ev.get("champion_private_mean")}
+        promoted = "champion" in meta
+        self.champion = dict(self.challenger) if promoted else ({k: v for k, v in old.items() if v is not None})
+        self.champion_version = self.challenger_version if promoted else ev.get("champion_version")
+        for step in instance.get_run_step_stats(result.run_id):
+            if step.start_time and step.end_time:
+                self.seconds[STAGES.get(step.step_key, step.step_key)] = step.end_time - step.start_time
+
+    def progress_line(self) -> str:
+        mean = self.challenger.get("mean")
+        score = f"challenger v{self.challenger_version} private mean {mean:.3f}" if mean is not None else "no score"
+        return f"[cycle {self.cycle}] {score}: {self.verdict}. {self.reason}"
+
+
+def summary_table(records: list[CycleRecord]) -> str:
+    skills = sorted({s for r in records for s in r.challenger if s != "mean"})
+    head = (["cycle", "fb rows", "ingested", "quarant.", "dataset"]
+            + [f"chal {s}" for s in skills] + ["chal mean"] + [f"champ {s}" for s in skills]
+            + ["champ mean", "verdict", "champion", "s world", "s ingest", "s dataset", "s train", "s eval", "s total"])
+    rows = []
+    for r in records:
+        fmt = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))  # noqa: E731
+        secs = [r.seconds.get(k) for k in ("world", "ingest", "dataset", "train", "eval")]
+        rows.append([str(r.cycle), fmt(r.ingest.get("rows_in")), fmt(r.ingest.get("ingested")),
+                     fmt(r.ingest.get("quarantined")), fmt(r.dataset_rows)]
+                    + [fmt(r.challenger.get(s)) for s in skills] + [fmt(r.challenger.get("mean"))]
+                    + [fmt(r.champion.get(s)) for s in skills] + [fmt(r.champion.get("mean"))]
+                    + [r.verdict or "-", f"v{r.champion_version}" if r.champion_version else "-"]
+                    + [f"{s:.1f}" if s is not None else "-" for s in secs] + [f"{sum(r.seconds.values()):.1f}"])
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
+    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
+    return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def learning_curve(records: list[CycleRecord], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    cycles = [r.cycle for r in records]
+    skills = sorted({s for r in records for s in r.champion if s != "mean"})
+    ax.plot(cycles, [r.champion.get("mean") for r in records], "o-", lw=2.5, label="champion, private mean")
+    for s in skills:
+        ax.plot(cycles, [r.champion.get(s) for r in records], "--", label=f"champion, {s}")
+    ax.plot(cycles, [r.challenger.get("mean") for r in records], "x", ms=9, label="challenger, private mean")
+    ax.set(xlabel="cycle", ylabel="exact match on the private eval", ylim=(0, 1.02), xticks=cycles,
+           title="Recursive model improvement: the champion after each cycle")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_summary(records: list[CycleRecord], path: Path) -> None:
+    path.write_text(json.dumps([asdict(r) for r in records], indent=1, default=str))
+
+
+def status_text(settings) -> str:
+    from .resources import build_resources
+
+    res = build_resources(settings)
+    registry, warehouse = res["registry"], res["warehouse"]
+    lines = [f"RMI_HOME {settings.resolved_home}", f"model {settings.model_name} (recipe {settings.recipe})"]
+    for alias in ("champion", "challenger"):
+        mv = registry.version(alias)
+        if mv is None:
+            lines.append(f"  {alias}: none")
+        else:
+            lines.append(f"  {alias}: v{mv.version}  private mean {mv.tags.get('eval_private_mean', '?')}  "
+                         f"dataset {mv.tags.get('dataset_version', '?')}  gate {mv.tags.get('gate_verdict', '?')}")
+    quality = warehouse.query("SELECT * FROM feedback_quality")
+    total = int(quality["events"].sum()) if len(quality) else 0
+    lines.append(f"warehouse: {total} feedback events")
+    for row in quality.tail(8).to_dicts():
+        lines.append(f"  model v{row['model_version']} {row['skill']}: {row['events']} events, "
+                     f"thumbs-down {row['thumbs_down_rate']:.1%}, {row['corrections']} corrections")
+    return "\n".join(lines)

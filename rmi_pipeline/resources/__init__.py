@@ -1,0 +1,21 @@
+"""Dagster resources: the loop's handles on storage, the warehouse and the model registry."""
+
+from __future__ import annotations
+
+from ..settings import Settings
+from .registry import ModelRegistry
+from .storage import ObjectStore
+from .warehouse import Warehouse
+
+
+def build_resources(settings: Settings) -> dict:
+    """The resources of the loop, from the one settings object."""
+    return {
+        "storage": ObjectStore(url=settings.resolved_storage_url),
+        "warehouse": Warehouse(path=str(settings.resolved_warehouse_path)),
+        "registry": ModelRegistry(
+            tracking_uri=settings.resolved_tracking_uri,
+            artifact_root=f"file://{settings.resolved_home / 'mlartifacts'}",
+            model_name=settings.model_name,
+        ),
+    }

@@ -1,0 +1,120 @@
+"""The one place that talks to MLflow: runs, checkpoints, model versions and the champion/challenger aliases.
+
+Promotion is a single alias move, so a failed gate, run or crash can never leave the champion half-moved.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from dagster import ConfigurableResource
+
+CHAMPION, CHALLENGER = "champion", "challenger"
+CHECKPOINT = "checkpoint/model.pt"
+
+
+class ModelRegistry(ConfigurableResource):
+    tracking_uri: str
+    artifact_root: str
+    model_name: str
+    experiment: str = "rmi-improvement-cycles"
+
+    def client(self):
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        from mlflow import MlflowClient
+
+        return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
+
+    def _experiment_id(self, client) -> str:
+        exp = client.get_experiment_by_name(self.experiment)
+        if exp is not None:
+            return exp.experiment_id
+        Path(self.artifact_root.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+        return client.create_experiment(self.experiment, artifact_location=self.artifact_root)
+
+    @contextmanager
+    def run(self, name: str, tags: dict[str, str]):
+        """An MLflow run that ends FAILED if the body raises."""
+        client = self.client()
+        run = client.create_run(self._experiment_id(client), run_name=name, tags=tags)
+        try:
+            yield run.info.run_id
+        except BaseException:
+            client.set_terminated(run.info.run_id, "FAILED")
+            raise
+        client.set_terminated(run.info.run_id, "FINISHED")
+
+    def version(self, alias: str):
+        """The model version behind an alias, or None."""
+        from mlflow.exceptions import MlflowException
+
+        client = self.client()
+        try:
+            return client.get_model_version_by_alias(self.model_name, alias)
+        except MlflowException:
+            return None
+
+    def register(self, run_id: str, module, tags: dict[str, str]):
+        """Log the checkpoint to the run, create a model version from it and point `challenger` at it."""
+        import torch
+
+        client = self.client()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.pt"
+            torch.save({"config": dict(module.hparams["config"]), "state_dict": module.state_dict()}, path)
+            client.log_artifact(run_id, str(path), artifact_path="checkpoint")
+        try:
+            client.get_registered_model(self.model_name)
+        except Exception:
+            client.create_registered_model(self.model_name)
+        source = f"{client.get_run(run_id).info.artifact_uri}/{CHECKPOINT}"
+        mv = client.create_model_version(self.model_name, source=source, run_id=run_id,
+                                         tags={k: str(v) for k, v in tags.items()})
+        client.set_registered_model_alias(self.model_name, CHALLENGER, mv.version)
+        return mv
+
+    def load_weights(self, reference: str | int) -> tuple[str, dict]:
+        """(version, state_dict) behind 'champion', 'challenger' or a version number."""
+        import mlflow
+        import torch
+
+        client = self.client()
+        if str(reference).isdigit():
+            version = str(reference)
+        else:
+            mv = self.version(str(reference))
+            if mv is None:
+                raise LookupError(f"model {self.model_name!r} has no version with alias {reference!r}")
+            version = mv.version
+        source = client.get_model_version_download_uri(self.model_name, version)
+        with tempfile.TemporaryDirectory() as tmp:
+            file = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=tmp))
+            checkpoint = torch.load(file, map_location="cpu", weights_only=True)  # never unpickle code
+        return version, checkpoint["state_dict"]
+
+    def load(self, reference: str | int, recipe):
+        """A ready model, the way a serving process loads it: by alias from the registry."""
+        _, state = self.load_weights(reference)
+        module = recipe.build_model(learning_rate=0.0, max_steps=1)
+        module.load_state_dict(state)
+        return module.eval()
+
+    def promote(self, version: str | int, tags: dict[str, str]) -> str | None:
+        """Move `champion` to `version` in one alias write; returns the version it left."""
+        client = self.client()
+        previous = self.version(CHAMPION)
+        self.tag(version, tags)
+        client.set_registered_model_alias(self.model_name, CHAMPION, str(version))
+        return previous.version if previous else None
+
+    def tag(self, version: str | int, tags: dict[str, str]) -> None:
+        client = self.client()
+        for key, value in tags.items():
+            client.set_model_version_tag(self.model_name, str(version), key, str(value))

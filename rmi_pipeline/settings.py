@@ -1,0 +1,72 @@
+"""The one settings object: every knob of the loop, read from RMI_* environment variables.
+
+Defaults run the whole loop on one laptop with nothing to set up: files, DuckDB and MLflow's
+sqlite store all live under RMI_HOME.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RMI_", extra="ignore")
+
+    home: Path = Field(default=Path(".rmi"), description="Where the loop keeps its state by default.")
+    storage_url: str | None = Field(default=None, description="Object store root; default file://HOME/store.")
+    warehouse_path: Path | None = Field(default=None, description="DuckDB file; default HOME/warehouse.duckdb.")
+    mlflow_tracking_uri: str | None = Field(default=None, description="Default sqlite:///HOME/mlflow.db.")
+    model_name: str = "rmi-arithmetic"
+    recipe: str = Field(
+        default="rmi_pipeline.recipes.arithmetic:ArithmeticRecipe",
+        description="Import path 'module:Class' of the recipe that brings the model.",
+    )
+    seed: int = 0
+
+    # feedback intake
+    max_text_chars: int = Field(default=4096, description="Longer prompt/completion/comment text is quarantined.")
+    max_bad_share: float = Field(default=0.5, description="A batch with more bad rows than this fails its check.")
+
+    # training
+    bootstrap_steps: int = Field(default=3000, description="Steps of the first model, trained from scratch.")
+    train_steps: int = Field(default=1200, description="Steps of each later candidate (warm start).")
+    train_max_seconds: float = Field(default=150.0, description="Wall-clock cap per training, shared CPUs.")
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    new_feedback_share: float = Field(default=0.5, description="Share of each batch drawn from new feedback.")
+    accelerator: str = "auto"
+
+    # promotion gate
+    gate_min_gain: float = Field(default=0.0, description="Overall gain the challenger must exceed.")
+    gate_slice_tolerance: float = Field(default=0.10, description="Largest drop allowed on any one slice.")
+    gate_first_floor: float = Field(default=0.05, description="Score a first model needs with no champion.")
+
+    # the simulated world (used by `rmi run` and `rmi simulate`, never by the pipeline)
+    sim_queries_per_cycle: int = 4000
+    sim_wrong_user_share: float = Field(default=0.05, description="Users whose verdict is the wrong one.")
+    sim_correction_share: float = Field(default=0.6, description="Thumbs-down that carry the right answer.")
+    sim_malformed_share: float = Field(default=0.002, description="Lines a buggy client garbles.")
+    eval_items_per_slice: int = 100
+
+    @property
+    def resolved_home(self) -> Path:
+        return self.home.expanduser().resolve()
+
+    @property
+    def resolved_storage_url(self) -> str:
+        return self.storage_url or f"file://{self.resolved_home / 'store'}"
+
+    @property
+    def resolved_warehouse_path(self) -> Path:
+        return self.warehouse_path or self.resolved_home / "warehouse.duckdb"
+
+    @property
+    def resolved_tracking_uri(self) -> str:
+        return self.mlflow_tracking_uri or f"sqlite:///{self.resolved_home / 'mlflow.db'}"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.resolved_home / "dagster"

@@ -1,0 +1,19 @@
+"""Curators build the private eval suite once: labelled, every slice filled, marked with a canary."""
+
+import random
+import uuid
+from datetime import UTC, datetime
+
+from .. import layout
+
+
+def curate_eval_suite(storage, recipe, items_per_slice: int, seed: int) -> dict:
+    rng = random.Random(f"curators-{seed}")
+    items = recipe.build_eval_suite(rng, items_per_slice)
+    suite = {
+        "version": f"suite-{datetime.now(UTC):%Y%m%d}-{seed}",
+        "canary": f"RMI-EVAL-CANARY {uuid.UUID(int=rng.getrandbits(128))}",
+        "items": [{"prompt": t.prompt, "answer": t.answer, "skill": t.skill, "tier": t.tier} for t in items],
+    }
+    storage.write_json(layout.EVAL_SUITE, suite)
+    return suite

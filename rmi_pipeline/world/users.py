@@ -1,0 +1,54 @@
+"""Users ask questions across skills and tiers, drifting toward harder ones, and react to the answers.
+
+Most users judge an answer right; a share of them are wrong. Some thumbs-down carry the right answer
+as a correction, some a comment; an automated monitor reports answers that are not numbers at all.
+"""
+
+import random
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+EASIEST_CAP = 4  # in cycle c users ask up to EASIEST_CAP + c digits
+
+
+@dataclass
+class Reactions:
+    wrong_user_share: float
+    correction_share: float
+    comment_share: float = 0.3
+
+
+def questions(rng: random.Random, recipe, n: int, cycle: int) -> list:
+    cap = min(max(recipe.tiers), EASIEST_CAP + cycle)
+    return recipe.sample_tasks(rng, n, list(recipe.skills), [t for t in recipe.tiers if t <= cap])
+
+
+def react(rng: random.Random, task, completion: str, model_version: str, reactions: Reactions) -> dict:
+    right = completion == task.answer
+    judged_right = right if rng.random() >= reactions.wrong_user_share else not right
+    correction = comment = None
+    source = "user"
+    if not judged_right:
+        if not completion.isdigit():
+            source = "report"
+            comment = "automated check: the answer is not a number"
+        elif not right and rng.random() < reactions.correction_share:
+            correction = task.answer
+        elif rng.random() < reactions.comment_share:
+            comment = rng.choice(["wrong", "that's not right", "check the carry", "off by a digit?"])
+    return {
+        "schema_version": 1,
+        "event_id": str(uuid.UUID(int=rng.getrandbits(128))),
+        "ts": datetime.now(UTC).isoformat(),
+        "user_id": f"{'monitor' if source == 'report' else 'user'}-{rng.randrange(500)}",
+        "model_version": model_version,
+        "prompt": task.prompt,
+        "completion": completion,
+        "rating": "up" if judged_right else "down",
+        "correction": correction,
+        "comment": comment,
+        "source": source,
+        "skill": task.skill,
+        "meta": {"client": rng.choice(["web", "ios", "android", "api"])},
+    }

@@ -1,0 +1,41 @@
+"""Shared fixtures: a throwaway RMI_HOME with small, fast settings, and one real loop run to inspect."""
+
+import json
+import os
+
+import pytest
+
+FAST = {
+    "RMI_TRAIN_STEPS": "500",
+    "RMI_SIM_QUERIES_PER_CYCLE": "2000",
+    "RMI_EVAL_ITEMS_PER_SLICE": "40",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+}
+
+
+@pytest.fixture
+def rmi_env(tmp_path, monkeypatch):
+    """An empty RMI_HOME with fast settings; returns the Settings the pipeline will read."""
+    from rmi_pipeline.settings import Settings
+
+    monkeypatch.setenv("RMI_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
+    for key, value in FAST.items():
+        monkeypatch.setenv(key, value)
+    return Settings()
+
+
+@pytest.fixture(scope="session")
+def loop_home(tmp_path_factory):
+    """RMI_HOME after `rmi run --cycles 1`: a first model, one batch of feedback, one improvement cycle."""
+    from rmi_pipeline.cli import main
+
+    home = tmp_path_factory.mktemp("loop") / "home"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RMI_HOME", str(home))
+        for key, value in FAST.items():
+            mp.setenv(key, value)
+        code = main(["run", "--cycles", "1", "--fresh"])
+        summary = json.loads((home / "run_summary.json").read_text())
+    os.environ.pop("DAGSTER_HOME", None)  # main() exported it for its own runs
+    return {"home": home, "exit_code": code, "summary": summary}

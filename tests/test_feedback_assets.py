@@ -1,0 +1,86 @@
+"""Feedback intake through real Dagster runs: quarantine, idempotent warehouse, counts that add up."""
+
+import json
+
+import pytest
+from dagster import instance_for_test, materialize
+
+from rmi_pipeline import layout
+from rmi_pipeline.assets import FEEDBACK
+from rmi_pipeline.automation.sensors import new_feedback_sensor
+from rmi_pipeline.resources import build_resources
+
+
+def event(i: int, **changes) -> str:
+    record = {"schema_version": 1, "event_id": f"ev-{i}", "ts": "2026-11-30T10:00:00+00:00", "user_id": "u",
+              "model_version": "1", "prompt": f"{i}+1=", "completion": str(i + 1), "rating": "up",
+              "correction": None, "comment": None, "source": "user", "skill": "add", "meta": {}}
+    return json.dumps({**record, **changes})
+
+
+@pytest.fixture
+def intake(rmi_env):
+    resources = build_resources(rmi_env)
+    with instance_for_test() as instance:
+        def ingest(name: str, lines: list[str]):
+            resources["storage"].write_bytes(f"{layout.INCOMING}/{name}", "\n".join(lines).encode())
+            instance.add_dynamic_partitions("feedback_batch", [name])
+            result = materialize(FEEDBACK, partition_key=name, instance=instance, resources=resources,
+                                 raise_on_error=False)
+            meta = {e.asset_key.to_user_string(): {k: v.value for k, v in e.materialization.metadata.items()}
+                    for e in result.get_asset_materialization_events()}
+            return result, meta
+
+        yield ingest, resources, instance
+
+
+def warehouse_count(resources) -> int:
+    return resources["warehouse"].query("SELECT count(*) AS n FROM feedback_events")["n"][0]
+
+
+def test_a_batch_lands_once_and_its_rows_add_up(intake):
+    ingest, resources, _ = intake
+    lines = [event(i) for i in range(20)] + ["{not json", event(3), event(99, rating="sideways")]
+    result, meta = ingest("b1.jsonl", lines)
+    assert result.success
+    counts = meta["feedback_events"]
+    assert counts == {"rows_in": 23, "ingested": 20, "duplicates": 1, "quarantined": 2, "warehouse_events": 20}
+    quarantined = resources["storage"].read_bytes(f"{layout.QUARANTINE}/b1.jsonl.quarantine.jsonl").decode().splitlines()
+    assert sorted(json.loads(q)["reason"][:14] for q in quarantined) == ["malformed JSON", "rating must be"]
+
+    # the same events in a second file change nothing, and are counted as duplicates
+    _, meta = ingest("b1-copy.jsonl", lines[:20])
+    assert meta["feedback_events"]["ingested"] == 0 and meta["feedback_events"]["duplicates"] == 20
+    assert warehouse_count(resources) == 20
+
+
+def test_a_mostly_broken_batch_is_quarantined_whole_and_its_check_blocks(intake):
+    ingest, resources, _ = intake
+    result, meta = ingest("bad.jsonl", [event(1)] + ["garbage"] * 5)
+    assert not result.success
+    checks = {e.asset_check_key.name: e for e in result.get_asset_check_evaluations()}
+    assert not checks["rows_valid"].passed
+    assert "feedback_events" not in meta and warehouse_count(resources) == 0
+    quarantined = resources["storage"].read_bytes(f"{layout.QUARANTINE}/bad.jsonl.quarantine.jsonl").decode().splitlines()
+    assert len(quarantined) == 6  # the one good row waits there too, with the batch's reason
+    assert any("quarantined whole" in q for q in quarantined)
+    # and the next good batch is not held up by it
+    result, _ = ingest("good.jsonl", [event(2)])
+    assert result.success and warehouse_count(resources) == 1
+
+
+def test_sensor_finds_every_new_batch_whatever_its_name_and_skips_known_ones(intake, rmi_env):
+    from dagster import build_sensor_context
+
+    _, resources, instance = intake
+    storage = resources["storage"]
+    for name in ["zzz.jsonl", "aaa.jsonl.gz", "m.parquet", "notes.txt", ".hidden.jsonl"]:
+        storage.write_bytes(f"{layout.INCOMING}/{name}", b"")
+    result = new_feedback_sensor(build_sensor_context(instance=instance, resources={"storage": storage}))
+    keys = sorted(r.partition_key for r in result.run_requests)
+    assert keys == ["aaa.jsonl.gz", "m.parquet", "zzz.jsonl"]
+    assert all(r.run_key == r.partition_key for r in result.run_requests)
+    instance.add_dynamic_partitions("feedback_batch", keys)
+    storage.write_bytes(f"{layout.INCOMING}/0-earlier-name.jsonl", b"")
+    again = new_feedback_sensor(build_sensor_context(instance=instance, resources={"storage": storage}))
+    assert [r.partition_key for r in again.run_requests] == ["0-earlier-name.jsonl"]
