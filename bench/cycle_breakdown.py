@@ -27,9 +27,10 @@ def main() -> None:
     started = time.perf_counter()
     from dagster import DagsterInstance
 
-    from rmi_pipeline.definitions import defs
+    from rmi_pipeline.definitions import build_definitions
     from rmi_pipeline.world import World
 
+    defs = build_definitions(settings)
     load_seconds = time.perf_counter() - started
     instance = DagsterInstance.get()
     world = World(settings)

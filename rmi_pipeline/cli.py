@@ -53,10 +53,11 @@ def cmd_run(args) -> int:
     say(f"rmi run: {args.cycles} improvement cycles after a first model; state in {home}")
     from dagster import DagsterInstance
 
-    from .definitions import defs
+    from .definitions import build_definitions
     from .report import CycleRecord, learning_curve, summary_table, write_summary
     from .world import World
 
+    defs = build_definitions(settings)
     instance = DagsterInstance.get()
     world = World(settings)
     if world.ensure_eval_suite():

@@ -34,10 +34,12 @@ class CycleRecord:
         for event in result.get_asset_materialization_events():
             meta[event.asset_key.to_user_string()] = {k: v.value for k, v in
                                                       event.materialization.metadata.items()}
+        failures = [e.event_specific_data.error.message.strip() for e in result.all_events
+                    if e.event_type_value == "STEP_FAILURE" and e.event_specific_data.error]
         ds, ev = meta.get("training_dataset", {}), meta.get("candidate_evaluation", {})
         self.dataset_rows, self.removed_eval_overlap = ds.get("rows"), ds.get("removed_eval_overlap")
         self.challenger_version = meta.get("candidate_model", {}).get("model_version")
-        self.verdict, self.reason = ev.get("verdict", "failed"), ev.get("reason", "")
+        self.verdict, self.reason = ev.get("verdict", "failed"), ev.get("reason", "; ".join(failures))
         skills = sorted(k.removeprefix("challenger_skill_") for k in ev if k.startswith("challenger_skill_"))
         self.challenger = {s: ev[f"challenger_skill_{s}"] for s in skills}
         if "challenger_private_mean" in ev:

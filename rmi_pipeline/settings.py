@@ -32,7 +32,7 @@ class Settings(BaseSettings):
 
     # training
     bootstrap_steps: int = Field(default=3000, description="Steps of the first model, trained from scratch.")
-    train_steps: int = Field(default=1200, description="Steps of each later candidate (warm start).")
+    train_steps: int = Field(default=2500, description="Steps of each later candidate (warm start).")
     train_max_seconds: float = Field(default=150.0, description="Wall-clock cap per training, shared CPUs.")
     batch_size: int = 64
     learning_rate: float = 3e-3
@@ -45,7 +45,7 @@ class Settings(BaseSettings):
     gate_first_floor: float = Field(default=0.05, description="Score a first model needs with no champion.")
 
     # the simulated world (used by `rmi run` and `rmi simulate`, never by the pipeline)
-    sim_queries_per_cycle: int = 4000
+    sim_queries_per_cycle: int = 6000
     sim_wrong_user_share: float = Field(default=0.05, description="Users whose verdict is the wrong one.")
     sim_correction_share: float = Field(default=0.6, description="Thumbs-down that carry the right answer.")
     sim_malformed_share: float = Field(default=0.002, description="Lines a buggy client garbles.")

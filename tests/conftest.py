@@ -6,7 +6,7 @@ import os
 import pytest
 
 FAST = {
-    "RMI_TRAIN_STEPS": "500",
+    "RMI_TRAIN_STEPS": "1000",
     "RMI_SIM_QUERIES_PER_CYCLE": "2000",
     "RMI_EVAL_ITEMS_PER_SLICE": "40",
     "MLFLOW_DISABLE_TELEMETRY": "true",

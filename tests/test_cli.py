@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 from rmi_pipeline.cli import main
 
@@ -27,5 +28,5 @@ def test_simulating_users_without_a_champion_is_a_clear_error(rmi_env, capsys):
 
 
 def test_the_console_script_is_installed():
-    rmi = subprocess.run([sys.executable.replace("python", "rmi"), "--help"], capture_output=True, text=True)
+    rmi = subprocess.run([str(Path(sys.executable).parent / "rmi"), "--help"], capture_output=True, text=True)
     assert rmi.returncode == 0 and "run" in rmi.stdout and "status" in rmi.stdout
