@@ -19,12 +19,12 @@ class Settings(BaseSettings):
     storage_url: str | None = Field(default=None, description="Object store root; default file://HOME/store.")
     warehouse_path: Path | None = Field(default=None, description="DuckDB file; default HOME/warehouse.duckdb.")
     mlflow_tracking_uri: str | None = Field(default=None, description="Default sqlite:///HOME/mlflow.db.")
-    model_name: str = "rmi-arithmetic"
+    model_name: str = Field(default="rmi-arithmetic", description="Registered model name in MLflow.")
     recipe: str = Field(
         default="rmi_pipeline.recipes.arithmetic:ArithmeticRecipe",
         description="Import path 'module:Class' of the recipe that brings the model.",
     )
-    seed: int = 0
+    seed: int = Field(default=0, description="Seeds the seed set, training and the simulated world.")
 
     # feedback intake
     max_text_chars: int = Field(default=4096, description="Longer prompt/completion/comment text is quarantined.")
@@ -34,10 +34,10 @@ class Settings(BaseSettings):
     bootstrap_steps: int = Field(default=3000, description="Steps of the first model, trained from scratch.")
     train_steps: int = Field(default=2500, description="Steps of each later candidate (warm start).")
     train_max_seconds: float = Field(default=150.0, description="Wall-clock cap per training, shared CPUs.")
-    batch_size: int = 64
-    learning_rate: float = 3e-3
+    batch_size: int = Field(default=64, description="Training rows per step.")
+    learning_rate: float = Field(default=3e-3, description="Peak AdamW rate (warmup, then cosine to a tenth).")
     new_feedback_share: float = Field(default=0.5, description="Share of each batch drawn from new feedback.")
-    accelerator: str = "auto"
+    accelerator: str = Field(default="auto", description="Lightning accelerator: auto, cpu, gpu.")
 
     # promotion gate
     gate_min_gain: float = Field(default=0.0, description="Overall gain the challenger must exceed.")
@@ -45,11 +45,11 @@ class Settings(BaseSettings):
     gate_first_floor: float = Field(default=0.05, description="Score a first model needs with no champion.")
 
     # the simulated world (used by `rmi run` and `rmi simulate`, never by the pipeline)
-    sim_queries_per_cycle: int = 6000
+    sim_queries_per_cycle: int = Field(default=6000, description="Questions users ask per cycle.")
     sim_wrong_user_share: float = Field(default=0.05, description="Users whose verdict is the wrong one.")
     sim_correction_share: float = Field(default=0.6, description="Thumbs-down that carry the right answer.")
     sim_malformed_share: float = Field(default=0.002, description="Lines a buggy client garbles.")
-    eval_items_per_slice: int = 100
+    eval_items_per_slice: int = Field(default=100, description="Curated eval problems per skill and tier.")
 
     @property
     def resolved_home(self) -> Path:

@@ -12,3 +12,10 @@ def test_pipeline_never_imports_the_world_and_model_code_never_imports_dagster()
     out = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 kept, 0 broken" in out.stdout
+
+
+def test_code_passes_ruff():
+    ruff = Path(sys.executable).parent / "ruff"
+    out = subprocess.run([str(ruff), "check", "rmi_pipeline", "tests", "bench"], cwd=ROOT, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stdout

@@ -34,6 +34,10 @@ def intake(rmi_env):
         yield ingest, resources, instance
 
 
+def quarantined_rows(resources, batch: str) -> list[str]:
+    return resources["storage"].read_bytes(f"{layout.QUARANTINE}/{batch}.quarantine.jsonl").decode().splitlines()
+
+
 def warehouse_count(resources) -> int:
     return resources["warehouse"].query("SELECT count(*) AS n FROM feedback_events")["n"][0]
 
@@ -45,7 +49,7 @@ def test_a_batch_lands_once_and_its_rows_add_up(intake):
     assert result.success
     counts = meta["feedback_events"]
     assert counts == {"rows_in": 23, "ingested": 20, "duplicates": 1, "quarantined": 2, "warehouse_events": 20}
-    quarantined = resources["storage"].read_bytes(f"{layout.QUARANTINE}/b1.jsonl.quarantine.jsonl").decode().splitlines()
+    quarantined = quarantined_rows(resources, "b1.jsonl")
     assert sorted(json.loads(q)["reason"][:14] for q in quarantined) == ["malformed JSON", "rating must be"]
 
     # the same events in a second file change nothing, and are counted as duplicates
@@ -61,7 +65,7 @@ def test_a_mostly_broken_batch_is_quarantined_whole_and_its_check_blocks(intake)
     checks = {e.asset_check_key.name: e for e in result.get_asset_check_evaluations()}
     assert not checks["rows_valid"].passed
     assert "feedback_events" not in meta and warehouse_count(resources) == 0
-    quarantined = resources["storage"].read_bytes(f"{layout.QUARANTINE}/bad.jsonl.quarantine.jsonl").decode().splitlines()
+    quarantined = quarantined_rows(resources, "bad.jsonl")
     assert len(quarantined) == 6  # the one good row waits there too, with the batch's reason
     assert any("quarantined whole" in q for q in quarantined)
     # and the next good batch is not held up by it

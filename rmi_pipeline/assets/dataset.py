@@ -53,6 +53,8 @@ def training_dataset(
                      schema=feedback.schema),
         feedback,
     ])
+    canary_rows = rows.filter(pl.col("prompt").str.contains(canary, literal=True)
+                              | pl.col("target").str.contains(canary, literal=True)).height
     usable = [recipe.is_valid_prompt(p) and recipe.is_valid_completion(t)
               for p, t in zip(rows["prompt"], rows["target"], strict=True)]
     unusable = len(rows) - sum(usable)
@@ -61,8 +63,6 @@ def training_dataset(
     removed_overlap = int(overlap.sum())
     rows = rows.filter(~overlap)
     remaining_overlap = sum(recipe.prompt_hash(p) in eval_hashes for p in rows["prompt"])
-    canary_rows = int(rows.filter(pl.col("prompt").str.contains(canary, literal=True)
-                                  | pl.col("target").str.contains(canary, literal=True)).height)
     slices = [recipe.slice_of(p) for p in rows["prompt"]]
     rows = rows.with_columns(skill=pl.Series([s for s, _ in slices]), tier=pl.Series([t for _, t in slices]))
 

@@ -3,7 +3,14 @@
 
 import json
 
-from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetExecutionContext, MaterializeResult, asset
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    MaterializeResult,
+    asset,
+)
 
 from .. import layout
 from ..partitions import feedback_batches

@@ -11,8 +11,8 @@ import re
 WIDTH = 8  # digits per operand; answers have WIDTH + 1
 SKILLS = ("add", "sub")
 OPS = {"add": "+", "sub": "-"}
-_PROMPT = re.compile(r"^(\d{1,%d})([+-])(\d{1,%d})=$" % (WIDTH, WIDTH))
-_ANSWER = re.compile(r"^\d{1,%d}$" % (WIDTH + 1))
+_PROMPT = re.compile(rf"^(\d{{1,{WIDTH}}})([+-])(\d{{1,{WIDTH}}})=$")
+_ANSWER = re.compile(rf"^\d{{1,{WIDTH + 1}}}$")
 
 
 def parse(prompt: str) -> tuple[int, str, int] | None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 import torch
 
 from ..base import Recipe, Task
@@ -91,7 +89,7 @@ class ArithmeticRecipe(Recipe):
             return 1.0, "Correct."
         if len(got) != len(want):
             return 0.0, f"The answer should have {len(want)} digits, not {len(got)}."
-        places = [i for i, (g, w) in enumerate(zip(got[::-1], want[::-1])) if g != w]
+        places = [i for i, (g, w) in enumerate(zip(got[::-1], want[::-1], strict=True)) if g != w]
         names = ", ".join(_place(i) for i in places)
         return 0.0, f"Wrong digit in the {names} place; check the carry into it."
 
