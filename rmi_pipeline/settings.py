@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     sim_malformed_share: float = Field(default=0.002, description="Lines a buggy client garbles.")
     eval_items_per_slice: int = Field(default=100, description="Curated eval problems per skill and tier.")
 
+    # S3 storage (credentials: the standard AWS_* variables, never RMI_*)
+    s3_endpoint_url: str | None = Field(
+        default=None, description="S3-compatible endpoint for an s3:// RMI_STORAGE_URL (MinIO, a local S3).")
+
     @property
     def resolved_home(self) -> Path:
         return self.home.expanduser().resolve()

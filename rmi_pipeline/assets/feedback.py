@@ -33,6 +33,7 @@ def feedback_batch(context: AssetExecutionContext, storage: ObjectStore) -> Mate
     settings = Settings()
     name = context.partition_key
     parsed = parse_batch(name, storage.read_bytes(f"{layout.INCOMING}/{name}"), name, settings.max_text_chars)
+    add_slices(parsed.events, settings.recipe)
     bad_share = len(parsed.quarantined) / max(1, parsed.rows_in)
     passed = bad_share <= settings.max_bad_share
     if not passed:  # too broken to trust any of it: the whole batch waits in quarantine for a person
@@ -58,6 +59,25 @@ def feedback_batch(context: AssetExecutionContext, storage: ObjectStore) -> Mate
             check_name="rows_valid", passed=passed, severity=AssetCheckSeverity.ERROR,
             metadata={"bad_share": round(bad_share, 4), "limit": settings.max_bad_share, **summary})],
     )
+
+
+def add_slices(events: list[dict], recipe_path: str) -> None:
+    """Each event's tier (not in schema v1), and its skill when the client sent none, from the recipe.
+
+    A prompt the recipe does not know keeps tier null: it is still feedback, only not one of the model's slices.
+    """
+    from ..recipes.base import load_recipe
+
+    if not events:
+        return
+    recipe = load_recipe(recipe_path)
+    for event in events:
+        try:
+            skill, tier = recipe.slice_of(event["prompt"]) if recipe.is_valid_prompt(event["prompt"]) else (None, None)
+        except Exception:  # noqa: BLE001 - a recipe that trips on one odd prompt must not fail the batch
+            skill, tier = None, None
+        event["tier"] = tier
+        event["skill"] = event["skill"] or skill
 
 
 @asset(partitions_def=feedback_batches, deps=[feedback_batch], group_name="feedback", kinds={"duckdb"})

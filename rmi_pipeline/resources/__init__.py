@@ -11,7 +11,7 @@ from .warehouse import Warehouse
 def build_resources(settings: Settings) -> dict:
     """The resources of the loop, from the one settings object."""
     return {
-        "storage": ObjectStore(url=settings.resolved_storage_url),
+        "storage": ObjectStore(url=settings.resolved_storage_url, endpoint_url=settings.s3_endpoint_url),
         "warehouse": Warehouse(path=str(settings.resolved_warehouse_path)),
         "registry": ModelRegistry(
             tracking_uri=settings.resolved_tracking_uri,

@@ -1,4 +1,9 @@
-"""The object store: one fsspec root (file:// by default, s3:// when a team outgrows one machine)."""
+"""The object store: one fsspec root (file:// by default, s3:// when a team outgrows one machine).
+
+On S3, credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile,
+an instance role), never from Dagster config, so they never show in the UI or in run logs. Only the endpoint
+of an S3-compatible server (MinIO, a local S3) is configuration.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +12,24 @@ import json
 from typing import Any
 
 from dagster import ConfigurableResource
+from pydantic import Field
 
 
 class ObjectStore(ConfigurableResource):
-    """Paths are relative keys like 'feedback/incoming/b1.jsonl' under `url`."""
+    """Paths are relative keys like 'feedback/incoming/b1.jsonl' under `url` (file:// or s3://bucket/prefix)."""
 
     url: str
+    endpoint_url: str | None = Field(default=None, description="S3 API endpoint; None: AWS_ENDPOINT_URL_S3 or AWS.")
 
     def _fs(self):
         import fsspec
 
-        return fsspec.core.url_to_fs(self.url)
+        options = {"endpoint_url": self.endpoint_url} if self.endpoint_url and self.is_s3 else {}
+        return fsspec.core.url_to_fs(self.url, **options)
+
+    @property
+    def is_s3(self) -> bool:
+        return self.url.startswith(("s3://", "s3a://"))
 
     def path(self, key: str) -> str:
         return f"{self._fs()[1].rstrip('/')}/{key.lstrip('/')}"
@@ -25,29 +37,40 @@ class ObjectStore(ConfigurableResource):
     def uri(self, key: str) -> str:
         return f"{self.url.rstrip('/')}/{key.lstrip('/')}"
 
-    def exists(self, key: str) -> bool:
+    def _fresh(self, key: str):
+        """The filesystem with no cached listing of `key` (s3fs would answer from a listing made earlier)."""
         fs, _ = self._fs()
-        return fs.exists(self.path(key))
+        fs.invalidate_cache(self.path(key))
+        return fs
+
+    def exists(self, key: str) -> bool:
+        return self._fresh(key).exists(self.path(key))
 
     def list(self, prefix: str) -> list[str]:
-        """Keys of the files directly under `prefix`, sorted."""
+        """Keys of the files directly under `prefix`, sorted, as they are now (not as a cache remembers them)."""
         fs, root = self._fs()
         base = self.path(prefix)
-        if not fs.exists(base):
+        fs.invalidate_cache(base)  # s3fs caches listings: files landed by another process would stay unseen
+        try:
+            entries = fs.ls(base, detail=True)  # one listing call, with types: no request per file
+        except FileNotFoundError:
             return []
         root = root.rstrip("/") + "/"
-        return sorted(p[len(root):] if p.startswith(root) else p
-                      for p in fs.ls(base, detail=False) if fs.isfile(p))
+        names = (e["name"] for e in entries if e["type"] == "file")
+        return sorted(p[len(root):] if p.startswith(root) else p for p in names)
 
     def read_bytes(self, key: str) -> bytes:
-        fs, _ = self._fs()
+        fs = self._fresh(key)
         with fs.open(self.path(key), "rb") as f:
             return f.read()
 
     def write_bytes(self, key: str, data: bytes) -> str:
-        """Write to a temporary key and move it into place, so readers never see half a file."""
+        """Readers never see half a file: on disk, written aside and moved into place; on S3 a PUT is atomic."""
         fs, _ = self._fs()
         final = self.path(key)
+        if self.is_s3:  # the bucket must exist; a "folder" on S3 is only a key prefix
+            fs.pipe_file(final, data)
+            return self.uri(key)
         parent = final.rsplit("/", 1)[0]
         fs.makedirs(parent, exist_ok=True)
         tmp = f"{parent}/.{final.rsplit('/', 1)[1]}.partial"

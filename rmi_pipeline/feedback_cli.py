@@ -1,0 +1,144 @@
+"""`rmi feedback`: land a feedback file by hand, and read what users say about the models.
+
+    rmi feedback ingest PATH [--dry-run]   validate a .jsonl, .jsonl.gz or .parquet file, land it in
+                                           feedback/incoming/ under its name, and ingest it now
+    rmi feedback stats [--days 7] [--top 10]
+                                           thumbs-down by model version, skill and tier (per day),
+                                           the most failed prompts and the latest corrections
+
+Ingest goes through the same sensor tick and ingest job as the daemon, so a file landed here is
+validated, quarantined and counted exactly like one a production service writes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .settings import Settings
+
+CELL = 40  # widest cell in a printed table; prompts and corrections can be long
+
+
+def add_feedback_commands(subparsers) -> None:
+    """Adds `feedback ingest` and `feedback stats` to the `rmi` parser."""
+    feedback = subparsers.add_parser("feedback", help="land a feedback file, or see what users say")
+    sub = feedback.add_subparsers(dest="feedback_command", required=True)
+    ingest = sub.add_parser("ingest", help="validate a feedback file, land it and ingest it now")
+    ingest.add_argument("path", type=Path, help="a .jsonl, .jsonl.gz or .parquet file of schema v1 events")
+    ingest.add_argument("--dry-run", action="store_true", help="validate and report only; land nothing")
+    ingest.set_defaults(fn=cmd_ingest)
+    stats = sub.add_parser("stats", help="thumbs-down by model, skill and tier; failing prompts; corrections")
+    stats.add_argument("--days", type=int, default=7, help="days of the per-day table, up to the latest")
+    stats.add_argument("--top", type=int, default=10, help="rows of the failing prompts and corrections")
+    stats.set_defaults(fn=cmd_stats)
+
+
+def cmd_ingest(args) -> int:
+    from . import layout
+    from .automation.sensors import can_be_partition
+    from .cli import ingest_new_batches, prepare_home, say
+    from .schema import SUFFIXES, is_batch_file, parse_batch
+
+    settings = Settings()
+    path, name = args.path, args.path.name
+    if not path.is_file():
+        raise FileNotFoundError(f"not a file: {path}")
+    if not is_batch_file(name) or not can_be_partition(name):
+        raise ValueError(f"{name!r} is not a batch name: it must end in {' / '.join(SUFFIXES)}, not start with "
+                         "'.', and hold no '...' or control characters")
+    data = path.read_bytes()
+    parsed = parse_batch(name, data, name, settings.max_text_chars)
+    say(f"{name}: {parsed.rows_in} rows, {len(parsed.events)} valid, {parsed.duplicates} repeated in the file, "
+        f"{len(parsed.quarantined)} bad")
+    for reason, count in _top_reasons(parsed.quarantined):
+        say(f"  {count:>6}  {reason}")
+    bad_share = len(parsed.quarantined) / max(1, parsed.rows_in)
+    if bad_share > settings.max_bad_share:
+        say(f"not landed: {bad_share:.0%} bad rows > RMI_MAX_BAD_SHARE {settings.max_bad_share:.0%}; "
+            "the pipeline would quarantine the whole batch")
+        return 1
+    if args.dry_run:
+        return 0
+
+    prepare_home(settings)
+    from dagster import DagsterInstance
+
+    from .definitions import build_definitions
+
+    defs = build_definitions(settings)
+    instance = DagsterInstance.get()
+    storage = defs.resources["storage"]
+    key = f"{layout.INCOMING}/{name}"
+    if name in instance.get_dynamic_partitions("feedback_batch") or storage.exists(key):
+        raise ValueError(f"a batch named {name} has already landed; give new feedback a new file name")
+    storage.write_bytes(key, data)
+    totals = ingest_new_batches(defs, instance)
+    say(f"landed {storage.uri(key)}; ingested {totals['batches']} batch(es): {totals['rows_in']} rows in, "
+        f"{totals['ingested']} new events, {totals['duplicates']} duplicates, {totals['quarantined']} quarantined")
+    if totals["quarantined"]:
+        say(f"quarantined rows and their reasons: {storage.uri(f'{layout.QUARANTINE}/{name}.quarantine.jsonl')}")
+    if totals["failed"]:
+        say(f"{totals['failed']} ingest run(s) failed; `rmi ui` shows why")
+    return 1 if totals["failed"] else 0
+
+
+def cmd_stats(args) -> int:
+    from .cli import say
+    from .resources import build_resources
+
+    settings = Settings()
+    warehouse = build_resources(settings)["warehouse"]
+    total = int(_frame(warehouse, "SELECT count(*) AS n FROM feedback_events")["n"][0])
+    if not total:
+        say(f"no feedback in the warehouse yet ({settings.resolved_warehouse_path})")
+        return 0
+    say(f"{total} feedback events in {settings.resolved_warehouse_path}\n")
+    sections = [
+        ("thumbs-down by model version and skill", "SELECT * FROM feedback_quality"),
+        (f"per day (UTC), the last {args.days} days with feedback, by model version, skill and tier",
+         f"SELECT * FROM feedback_daily WHERE day > (SELECT max(day) FROM feedback_daily) - {int(args.days)}"),
+        (f"top {args.top} failing prompts", f"SELECT * EXCLUDE (last_seen) FROM failing_prompts LIMIT {int(args.top)}"),
+        (f"latest {args.top} corrections", "SELECT ts, model_version, skill, tier, prompt, completion, correction "
+                                           f"FROM feedback_corrections LIMIT {int(args.top)}"),
+    ]
+    for title, sql in sections:
+        say(f"{title}\n{table(_frame(warehouse, sql))}\n")
+    return 0
+
+
+def _frame(warehouse, sql: str):
+    """A read-only query; a warehouse written before these views is brought up to date once."""
+    import duckdb
+
+    try:
+        return warehouse.query(sql)
+    except duckdb.CatalogException:
+        warehouse.migrate()
+        return warehouse.query(sql)
+
+
+def _top_reasons(quarantined: list[dict], n: int = 5) -> list[tuple[str, int]]:
+    counts: dict[str, int] = {}
+    for q in quarantined:
+        counts[q["reason"]] = counts.get(q["reason"], 0) + 1
+    return sorted(counts.items(), key=lambda kv: -kv[1])[:n]
+
+
+def table(frame) -> str:
+    """A polars frame as a small aligned text table: rates as percents, long text cut to CELL characters."""
+    if frame.is_empty():
+        return "  (none)"
+
+    def cell(column: str, value) -> str:
+        if value is None:
+            return "-"
+        if column.endswith("_rate"):
+            return f"{value:.1%}"
+        text = str(value).replace("\n", " ")
+        return text if len(text) <= CELL else text[:CELL - 1] + "…"
+
+    head = frame.columns
+    rows = [[cell(c, v) for c, v in zip(head, r, strict=True)] for r in frame.rows()]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    line = lambda cells: "  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
+    return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)])
