@@ -4,6 +4,10 @@
     rmi ui [--port 3000]             the Dagster UI over RMI_HOME (sensors on)
     rmi simulate --cycle N           one batch of user feedback from the current champion
     rmi status                       champion, challenger, warehouse and recent runs
+    rmi feedback ingest PATH         validate a local batch file and land it in the warehouse now
+    rmi feedback stats               thumbs-down rates, corrections and failing prompts
+    rmi promote VERSION --reason T   a person overrides the gate (audited)
+    rmi rollback --reason T          back to the previous champion (audited)
 """
 
 from __future__ import annotations
@@ -155,7 +159,47 @@ def cmd_status(args) -> int:
     return 0
 
 
+def override(action: str, reason: str, version: str | None = None) -> tuple[str | None, str]:
+    """A person moves the champion past the gate: who, when and why go to MLflow tags and to Dagster."""
+    import getpass
+    from datetime import UTC, datetime
+
+    from dagster import AssetMaterialization, DagsterInstance
+
+    from .resources import build_resources
+
+    if not reason.strip():
+        raise ValueError(f"{action} needs --reason: an override without a reason is not auditable")
+    settings = Settings()
+    prepare_home(settings)
+    registry = build_resources(settings)["registry"]
+    audit = {"override_action": action, "override_by": getpass.getuser(),
+             "override_at": datetime.now(UTC).isoformat(), "override_reason": reason}
+    if action == "promote":
+        before, after = registry.promote(version, {**audit, "promoted_by": audit["override_by"]}), str(version)
+    else:
+        before, after = registry.rollback(audit)
+    DagsterInstance.get().report_runless_asset_event(AssetMaterialization(
+        asset_key="champion", description=f"{action} by {audit['override_by']}: {reason}",
+        metadata={"champion_version": after, "previous_champion": before or "none", **audit}))
+    return before, after
+
+
+def cmd_promote(args) -> int:
+    before, after = override("promote", args.reason, args.version)
+    say(f"champion v{before} -> v{after}, promoted by hand: {args.reason}")
+    return 0
+
+
+def cmd_rollback(args) -> int:
+    before, after = override("rollback", args.reason)
+    say(f"champion v{before} -> v{after}, rolled back: {args.reason}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    from .feedback_cli import add_feedback_commands
+
     parser = argparse.ArgumentParser(prog="rmi", description="Recursive model improvement on Dagster.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the loop against the simulated world")
@@ -169,6 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     sim.add_argument("--cycle", type=int, default=1, help="how far users have drifted toward hard questions")
     sim.set_defaults(fn=cmd_simulate)
     sub.add_parser("status", help="champion, challenger, warehouse").set_defaults(fn=cmd_status)
+    add_feedback_commands(sub)
+    promote = sub.add_parser("promote", help="make a model version the champion, past the gate (audited)")
+    promote.add_argument("version", help="the MLflow model version")
+    promote.add_argument("--reason", required=True, help="why: recorded with who and when")
+    promote.set_defaults(fn=cmd_promote)
+    rollback = sub.add_parser("rollback", help="move the champion back to the previous one (audited)")
+    rollback.add_argument("--reason", required=True, help="why: recorded with who and when")
+    rollback.set_defaults(fn=cmd_rollback)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)

@@ -3,7 +3,11 @@
 INCOMING = "feedback/incoming"
 VALIDATED = "feedback/validated"
 QUARANTINE = "feedback/quarantine"
-EVAL_SUITE = "evals/private/suite.json"  # curated and sealed: only evaluation assets open it
-EVAL_MANIFEST = "evals/manifest.json"  # what training may see: hashes, counts, the canary
+EVAL_MANIFEST = "evals/manifest.json"  # what training may see of the evals: hashes, counts, the canary
+
+# keys in the sealed eval store (RMI_EVAL_URL), which only evaluation assets open
+ANCHOR = "anchor/suite.json"  # curated once, frozen: comparable across all cycles
+REFRESHED = "refreshed"  # a fresh set each cycle: no model can have seen it
+MINED = "mined"  # hard cases from feedback, held out by hash
 DATASETS = "datasets"
 EVALUATIONS = "evaluations"

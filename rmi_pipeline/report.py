@@ -17,7 +17,9 @@ class CycleRecord:
     world: dict = field(default_factory=dict)
     ingest: dict = field(default_factory=dict)
     dataset_rows: int | None = None
-    removed_eval_overlap: int | None = None
+    contamination: dict = field(default_factory=dict)  # rows removed from training, by reason
+    gain: float | None = None
+    gain_interval: tuple[float, float] | None = None
     challenger_version: str | None = None
     verdict: str | None = None
     reason: str = ""
@@ -37,41 +39,48 @@ class CycleRecord:
         failures = [e.event_specific_data.error.message.strip() for e in result.all_events
                     if e.event_type_value == "STEP_FAILURE" and e.event_specific_data.error]
         ds, ev = meta.get("training_dataset", {}), meta.get("candidate_evaluation", {})
-        self.dataset_rows, self.removed_eval_overlap = ds.get("rows"), ds.get("removed_eval_overlap")
+        self.dataset_rows = ds.get("rows")
+        self.contamination = {k: ds[k] for k in ("removed_eval_overlap", "held_out_mined", "removed_ngram_overlap")
+                              if k in ds}
+        self.gain = ev.get("gain")
+        if "gain_low" in ev:
+            self.gain_interval = (ev["gain_low"], ev["gain_high"])
         self.challenger_version = meta.get("candidate_model", {}).get("model_version")
         self.verdict, self.reason = ev.get("verdict", "failed"), ev.get("reason", "; ".join(failures))
         skills = sorted(k.removeprefix("challenger_skill_") for k in ev if k.startswith("challenger_skill_"))
         self.challenger = {s: ev[f"challenger_skill_{s}"] for s in skills}
-        if "challenger_private_mean" in ev:
-            self.challenger["mean"] = ev["challenger_private_mean"]
-        old = {s: ev.get(f"champion_skill_{s}") for s in skills} | {"mean": ev.get("champion_private_mean")}
+        if "challenger_anchor_mean" in ev:
+            self.challenger["mean"] = ev["challenger_anchor_mean"]
+        old = {s: ev.get(f"champion_skill_{s}") for s in skills} | {"mean": ev.get("champion_anchor_mean")}
         promoted = "champion" in meta
         self.champion = dict(self.challenger) if promoted else ({k: v for k, v in old.items() if v is not None})
-        self.champion_version = self.challenger_version if promoted else ev.get("champion_version")
+        kept = ev.get("champion_version")
+        self.champion_version = self.challenger_version if promoted else (None if kept == "none" else kept)
         for step in instance.get_run_step_stats(result.run_id):
             if step.start_time and step.end_time:
                 self.seconds[STAGES.get(step.step_key, step.step_key)] = step.end_time - step.start_time
 
     def progress_line(self) -> str:
-        mean = self.challenger.get("mean")
-        score = f"challenger v{self.challenger_version} private mean {mean:.3f}" if mean is not None else "no score"
-        return f"[cycle {self.cycle}] {score}: {self.verdict}. {self.reason}"
+        return f"[cycle {self.cycle}] challenger v{self.challenger_version}: {self.verdict}. {self.reason}"
 
 
 def summary_table(records: list[CycleRecord]) -> str:
-    skills = sorted({s for r in records for s in r.challenger if s != "mean"})
-    head = (["cycle", "fb rows", "ingested", "quarant.", "dataset"]
-            + [f"chal {s}" for s in skills] + ["chal mean"] + [f"champ {s}" for s in skills]
-            + ["champ mean", "verdict", "champion", "s world", "s ingest", "s dataset", "s train", "s eval", "s total"])
+    skills = sorted({s for r in records for s in r.champion if s != "mean"})
+    head = (["cycle", "fb rows", "ingested", "quarant.", "dataset", "eval rows out", "mined out", "chal mean",
+             "gain [98% interval]", "verdict"] + [f"champ {s}" for s in skills]
+            + ["champ mean", "champion", "s world", "s ingest", "s train", "s eval", "s total"])
     rows = []
     for r in records:
         fmt = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))  # noqa: E731
-        secs = [r.seconds.get(k) for k in ("world", "ingest", "dataset", "train", "eval")]
+        low, high = r.gain_interval or (None, None)
+        gain = "-" if low is None else f"{r.gain:+.3f} [{low:+.3f}, {high:+.3f}]"
+        secs = [r.seconds.get(k) for k in ("world", "ingest", "train", "eval")]
         rows.append([str(r.cycle), fmt(r.ingest.get("rows_in")), fmt(r.ingest.get("ingested")),
-                     fmt(r.ingest.get("quarantined")), fmt(r.dataset_rows)]
-                    + [fmt(r.challenger.get(s)) for s in skills] + [fmt(r.challenger.get("mean"))]
+                     fmt(r.ingest.get("quarantined")), fmt(r.dataset_rows),
+                     fmt(r.contamination.get("removed_eval_overlap")), fmt(r.contamination.get("held_out_mined")),
+                     fmt(r.challenger.get("mean")), gain, r.verdict or "-"]
                     + [fmt(r.champion.get(s)) for s in skills] + [fmt(r.champion.get("mean"))]
-                    + [r.verdict or "-", f"v{r.champion_version}" if r.champion_version else "-"]
+                    + [f"v{r.champion_version}" if r.champion_version else "-"]
                     + [f"{s:.1f}" if s is not None else "-" for s in secs] + [f"{sum(r.seconds.values()):.1f}"])
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
@@ -87,11 +96,11 @@ def learning_curve(records: list[CycleRecord], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4))
     cycles = [r.cycle for r in records]
     skills = sorted({s for r in records for s in r.champion if s != "mean"})
-    ax.plot(cycles, [r.champion.get("mean") for r in records], "o-", lw=2.5, label="champion, private mean")
+    ax.plot(cycles, [r.champion.get("mean") for r in records], "o-", lw=2.5, label="champion, anchor mean")
     for s in skills:
         ax.plot(cycles, [r.champion.get(s) for r in records], "--", label=f"champion, {s}")
-    ax.plot(cycles, [r.challenger.get("mean") for r in records], "x", ms=9, label="challenger, private mean")
-    ax.set(xlabel="cycle", ylabel="exact match on the private eval", ylim=(0, 1.02), xticks=cycles,
+    ax.plot(cycles, [r.challenger.get("mean") for r in records], "x", ms=9, label="challenger, anchor mean")
+    ax.set(xlabel="cycle", ylabel="exact match, private anchor eval", ylim=(0, 1.02), xticks=cycles,
            title="Recursive model improvement: the champion after each cycle")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
@@ -116,7 +125,7 @@ def status_text(settings) -> str:
         if mv is None:
             lines.append(f"  {alias}: none")
         else:
-            lines.append(f"  {alias}: v{mv.version}  private mean {mv.tags.get('eval_private_mean', '?')}  "
+            lines.append(f"  {alias}: v{mv.version}  anchor mean {mv.tags.get('eval_anchor_mean', '?')}  "
                          f"dataset {mv.tags.get('dataset_version', '?')}  gate {mv.tags.get('gate_verdict', '?')}")
     quality = warehouse.query("SELECT * FROM feedback_quality")
     total = int(quality["events"].sum()) if len(quality) else 0

@@ -27,21 +27,34 @@ class Settings(BaseSettings):
     seed: int = Field(default=0, description="Seeds the seed set, training and the simulated world.")
 
     # feedback intake
-    max_text_chars: int = Field(default=4096, description="Longer prompt/completion/comment text is quarantined.")
+    max_text_chars: int = Field(default=4096, description="Longer text in any field (or meta) is quarantined, "
+                                "not truncated.")
     max_bad_share: float = Field(default=0.5, description="A batch with more bad rows than this fails its check.")
 
     # training
     bootstrap_steps: int = Field(default=3000, description="Steps of the first model, trained from scratch.")
     train_steps: int = Field(default=2500, description="Steps of each later candidate (warm start).")
-    train_max_seconds: float = Field(default=150.0, description="Wall-clock cap per training, shared CPUs.")
+    train_max_seconds: float = Field(default=150.0, description="Wall-clock cap per candidate, shared CPUs.")
+    bootstrap_max_seconds: float = Field(default=600.0, description="Wall-clock cap of the first model: without "
+                                         "it nothing can serve, so it may take longer.")
     batch_size: int = Field(default=64, description="Training rows per step.")
     learning_rate: float = Field(default=3e-3, description="Peak AdamW rate (warmup, then cosine to a tenth).")
     new_feedback_share: float = Field(default=0.5, description="Share of each batch drawn from new feedback.")
     accelerator: str = Field(default="auto", description="Lightning accelerator: auto, cpu, gpu.")
 
-    # promotion gate
-    gate_min_gain: float = Field(default=0.0, description="Overall gain the challenger must exceed.")
-    gate_slice_tolerance: float = Field(default=0.10, description="Largest drop allowed on any one slice.")
+    # evals and the promotion gate
+    eval_url: str | None = Field(default=None, description="Sealed eval store (may be another bucket); default "
+                                 "file://HOME/evals.")
+    refreshed_items_per_slice: int = Field(default=100, description="Fresh eval problems per slice each cycle.")
+    mined_share: float = Field(default=0.2, description="Share of corrected hard cases held out as the mined slice.")
+    ngram_n: int = Field(default=13, description="n of the n-gram contamination check for text recipes.")
+    gate_min_gain: float = Field(default=0.0, description="The gain's lower confidence bound must exceed this.")
+    gate_slice_tolerance: float = Field(default=0.05, description="A slice falling more than this, significantly, "
+                                        "blocks promotion.")
+    gate_confidence: float = Field(default=0.98, description="Two-sided level of the paired bootstrap intervals.")
+    gate_resamples: int = Field(default=2000, description="Bootstrap resamples.")
+    gate_leak_gap: float = Field(default=0.10, description="Public (or anchor) gain beyond the fresh-set gain that "
+                                 "marks a likely leak.")
     gate_first_floor: float = Field(default=0.05, description="Score a first model needs with no champion.")
 
     # the simulated world (used by `rmi run` and `rmi simulate`, never by the pipeline)
@@ -62,6 +75,10 @@ class Settings(BaseSettings):
     @property
     def resolved_storage_url(self) -> str:
         return self.storage_url or f"file://{self.resolved_home / 'store'}"
+
+    @property
+    def resolved_eval_url(self) -> str:
+        return self.eval_url or f"file://{self.resolved_home / 'evals'}"
 
     @property
     def resolved_warehouse_path(self) -> Path:

@@ -1,4 +1,4 @@
-"""training_dataset: eval items never reach training, a canary blocks, and new feedback gets its share."""
+"""training_dataset: eval items and held-out hard cases never reach training; a canary blocks."""
 
 import random
 
@@ -7,10 +7,13 @@ from dagster import instance_for_test, materialize
 
 from rmi_pipeline import layout
 from rmi_pipeline.assets import eval_suite, training_dataset
+from rmi_pipeline.hygiene import is_mined_holdout, ngram_hashes
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.resources import build_resources
 from rmi_pipeline.schema import event_frame, validate
 from rmi_pipeline.world.curators import curate_eval_suite
+
+RECIPE = ArithmeticRecipe()
 
 
 def event(i: int, prompt: str, completion: str, rating="up", correction=None) -> dict:
@@ -23,45 +26,74 @@ def event(i: int, prompt: str, completion: str, rating="up", correction=None) ->
 @pytest.fixture
 def build(rmi_env):
     resources = build_resources(rmi_env)
-    suite = curate_eval_suite(resources["storage"], ArithmeticRecipe(), 40, seed=0)
+    suite = curate_eval_suite(resources["eval_store"], RECIPE, 40, seed=0)
 
     def run(events: list[dict]):
         resources["warehouse"].ingest(event_frame(events))
         with instance_for_test() as instance:
-            return materialize([eval_suite, training_dataset], instance=instance, resources=resources,
-                               raise_on_error=False)
+            result = materialize([eval_suite, training_dataset], instance=instance, resources=resources,
+                                 raise_on_error=False)
+        meta = {k: v.value for k, v in result.asset_materializations_for_node("training_dataset")[0].metadata.items()
+                } if result.success else {}
+        return result, meta
 
     return run, resources, suite
 
 
+def big_sums(n: int, seed: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    return [(f"{a}+{b}=", str(a + b)) for a, b in ((rng.randint(10**6, 10**7), rng.randint(10**6, 10**7))
+                                                   for _ in range(n))]
+
+
 def test_eval_items_are_removed_and_counted_and_new_feedback_is_half_of_each_batch(build):
     run, resources, suite = build
-    leaked = next(i for i in suite["items"] if i["tier"] == 4)
-    a, b = leaked["prompt"][:-1].split("+") if "+" in leaked["prompt"] else (None, None)
-    same_problem = f"{b}+{a}=" if a else leaked["prompt"]  # operand order does not hide an eval item
-    rng = random.Random(5)
-    fresh = [(f"{x}+{y}=", str(x + y)) for x, y in ((rng.randint(10**6, 10**7), rng.randint(10**6, 10**7))
-                                                  for _ in range(50))]
-    events = [event(i, p, c) for i, (p, c) in enumerate(fresh)]
-    events += [event(100, same_problem, leaked["answer"]), event(101, "7+8=", "16", "down", correction="15"),
-               event(102, "what is 2+2", "4"), event(103, "1+1=", "3", "down")]
-    result = run(events)
+    leaked = next(i for i in suite["items"] if i["tier"] == 4 and "+" in i["prompt"])
+    a, b = leaked["prompt"][:-1].split("+")
+    events = [event(i, p, c) for i, (p, c) in enumerate(big_sums(50, 5))]
+    events += [event(100, f"{b}+{a}=", leaked["answer"]),  # operand order does not hide an eval item
+               event(101, "7+8=", "16", "down", correction="15"), event(102, "what is 2+2", "4"),
+               event(103, "1+1=", "3", "down")]
+    result, meta = run(events)
     assert result.success
-    meta = {k: v.value for k, v in result.asset_materializations_for_node("training_dataset")[0].metadata.items()}
-    recipe = ArithmeticRecipe()
-    private = {recipe.prompt_hash(i["prompt"]) for i in suite["items"] if i["tier"] > 1}
-    seed_overlap = sum(recipe.prompt_hash(t.prompt) in private for t in recipe.seed_tasks(random.Random(0)))
+    manifest = resources["storage"].read_json(layout.EVAL_MANIFEST)
+    sealed = set(manifest["hashes"])
+    seed_overlap = sum(RECIPE.prompt_hash(t.prompt) in sealed for t in RECIPE.seed_tasks(random.Random(0)))
     assert meta["removed_eval_overlap"] == seed_overlap + 1 and meta["unusable_rows"] == 1
-    assert meta["rows_correction"] == 1 and meta["rows_thumbs_up"] == 50
+    assert meta["rows_thumbs_up"] == 50
     data = resources["storage"].read_parquet(f"{layout.DATASETS}/{meta['version']}/train.parquet")
-    assert not any(recipe.prompt_hash(p) in private for p in data["prompt"])
+    assert not any(RECIPE.prompt_hash(p) in sealed for p in data["prompt"])
     new = data.filter(data["batch_id"] == "b1.jsonl")
     assert abs(new["weight"].sum() - 0.5) < 1e-9 and abs(data["weight"].sum() - 1.0) < 1e-9
 
 
+def test_corrected_hard_cases_split_by_hash_into_the_mined_eval_and_training(build):
+    run, resources, _ = build
+    cases = big_sums(200, 7)
+    events = [event(i, p, "1", "down", correction=c) for i, (p, c) in enumerate(cases)]
+    held = {p for p, _ in cases if is_mined_holdout(RECIPE.prompt_hash(p), 0.2)}
+    assert 20 < len(held) < 60
+    result, meta = run(events)
+    assert result.success and meta["held_out_mined"] == len(held)
+    assert meta["rows_correction"] == len(cases) - len(held)
+    manifest = resources["storage"].read_json(layout.EVAL_MANIFEST)
+    mined = resources["eval_store"].read_json(f"{layout.MINED}/{manifest['mined_version']}.json")["items"]
+    assert {m["prompt"] for m in mined} == held
+    data = resources["storage"].read_parquet(f"{layout.DATASETS}/{meta['version']}/train.parquet")
+    assert held.isdisjoint(data["prompt"].to_list())
+
+
 def test_a_canary_in_feedback_blocks_the_dataset(build):
     run, _, suite = build
-    result = run([event(1, "12+30=", "42", "down", correction=f"42 {suite['canary']}")])
+    result, _ = run([event(1, "12+30=", "42", "down", correction=f"42 {suite['canary']}")])
     assert not result.success
     checks = {e.asset_check_key.name: e for e in result.get_asset_check_evaluations()}
     assert not checks["no_canary"].passed and checks["no_canary"].metadata["rows_with_canary"].value == 1
+
+
+def test_text_overlap_is_found_by_13_gram_hashes():
+    passage = "the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat"
+    row = "user asked: " + passage + " and more"
+    assert ngram_hashes(row, 13) & ngram_hashes(passage, 13)
+    assert not ngram_hashes("the quick brown fox", 13)
+    assert not ngram_hashes(row.replace("lazy", "busy"), 13) & ngram_hashes(passage.replace("fox", "cow"), 13)

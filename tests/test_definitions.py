@@ -8,7 +8,7 @@ from rmi_pipeline.definitions import defs
 GRAPH = {  # asset -> its upstream assets; a change to the loop's shape shows up here as a diff
     "feedback_batch": set(),
     "feedback_events": {"feedback_batch"},
-    "eval_suite": set(),
+    "eval_suite": {"feedback_events"},
     "training_dataset": {"feedback_events", "eval_suite"},
     "candidate_model": {"training_dataset"},
     "candidate_evaluation": {"candidate_model", "eval_suite"},
@@ -24,6 +24,11 @@ def test_the_asset_graph_is_the_loop():
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert checks == {("feedback_batch", "rows_valid"), ("training_dataset", "no_eval_overlap"),
                       ("training_dataset", "no_canary")}
+
+
+def test_only_evaluation_assets_hold_the_sealed_eval_store():
+    holders = {a.key.to_user_string() for a in defs.assets if "eval_store" in a.required_resource_keys}
+    assert holders == {"eval_suite", "candidate_evaluation"}
 
 
 def test_jobs_and_sensor_are_defined():

@@ -1,43 +1,92 @@
-"""The promotion gate on fixed score tables: what gets promoted and why."""
+"""The promotion gate on fixed per-item tables and in seeded trials: what gets promoted, and why."""
 
+import numpy as np
 import pytest
 
-from rmi_pipeline.ml.gate import decide
+from rmi_pipeline.ml.gate import Paired, decide, markdown
 
-PRIVATE = {("add", 2), ("add", 3), ("sub", 2), ("sub", 3)}
-KW = {"min_gain": 0.0, "slice_tolerance": 0.10, "first_floor": 0.05}
-
-
-def scores(a2, a3, s2, s3, public=1.0):
-    return {("add", 1): public, ("add", 2): a2, ("add", 3): a3, ("sub", 2): s2, ("sub", 3): s3}
+SLICES = [f"{skill}/{tier}" for skill in ("add", "sub") for tier in range(2, 9)]
 
 
-def test_better_everywhere_is_promoted():
-    d = decide(scores(0.9, 0.6, 0.9, 0.5), scores(0.8, 0.4, 0.8, 0.4), PRIVATE, **KW)
-    assert d.promote and d.gain == pytest.approx(0.125)
+def items(score: float, n: int = 100, offset: int = 0) -> np.ndarray:
+    """n results with exactly round(score * n) right ones, spread deterministically."""
+    right = round(score * n)
+    return np.roll(np.array([1] * right + [0] * (n - right)), offset)
 
 
-def test_one_slice_falling_past_the_tolerance_blocks_promotion():
-    d = decide(scores(1.0, 1.0, 1.0, 0.2), scores(0.5, 0.5, 0.5, 0.5), PRIVATE, **KW)
-    assert not d.promote and d.worst_slice == "sub/3" and "past the tolerance" in d.reason
+def table(challenger: dict, champion: dict | None, n: int = 100) -> dict[str, Paired]:
+    return {s: Paired(items(challenger.get(s, 0.5), n), None if champion is None else items(champion.get(s, 0.5), n))
+            for s in SLICES}
 
 
-def test_equal_or_worse_overall_is_not_promoted():
-    assert not decide(scores(0.5, 0.5, 0.5, 0.5), scores(0.5, 0.5, 0.5, 0.5), PRIVATE, **KW).promote
-    assert not decide(scores(0.4, 0.5, 0.5, 0.5), scores(0.5, 0.5, 0.5, 0.5), PRIVATE, **KW).promote
+def test_better_everywhere_is_promoted_with_an_interval_above_zero():
+    d = decide(table({s: 0.7 for s in SLICES}, {s: 0.5 for s in SLICES}), set(SLICES))
+    assert d.promote and d.gain == pytest.approx(0.2) and d.gain_low > 0.1
+    assert "Promoted" in d.reason and "| add/2 | 100 | yes | 0.70 | 0.50 | +0.20 |" in markdown(d)
 
 
-def test_public_slices_do_not_count():
-    d = decide(scores(0.5, 0.5, 0.5, 0.5, public=0.0), scores(0.4, 0.4, 0.4, 0.4, public=1.0), PRIVATE, **KW)
-    assert d.promote and d.challenger_mean == pytest.approx(0.5)
+def test_one_slice_regressing_past_its_tolerance_blocks_promotion():
+    better = {s: 0.8 for s in SLICES} | {"sub/5": 0.3}
+    d = decide(table(better, {s: 0.5 for s in SLICES}), set(SLICES))
+    assert not d.promote and "slice sub/5 falls -0.200" in d.reason
+    assert [r.name for r in d.slices if r.regressed] == ["sub/5"]
 
 
-def test_first_model_needs_the_floor():
-    assert decide(scores(0.3, 0, 0, 0), None, PRIVATE, **KW).promote
-    first = decide(scores(0.01, 0, 0, 0), None, PRIVATE, **KW)
-    assert not first.promote and "below the floor" in first.reason
+def test_a_small_drop_within_noise_does_not_block():
+    better = {s: 0.8 for s in SLICES} | {"sub/5": 0.47}
+    assert decide(table(better, {s: 0.5 for s in SLICES}), set(SLICES)).promote
+
+
+def test_a_tiny_eval_set_with_noise_is_not_significant():
+    d = decide(table({s: 0.6 for s in SLICES}, {s: 0.5 for s in SLICES}, n=5), set(SLICES[:2]))
+    assert not d.promote and "not significantly above" in d.reason and d.gain_low <= 0
+
+
+def test_slices_not_counted_do_not_make_the_gain_but_are_guarded():
+    slices = table({s: 0.7 for s in SLICES}, {s: 0.5 for s in SLICES})
+    slices["mined/add"] = Paired(items(0.9), items(0.1))
+    d = decide(slices, set(SLICES))
+    assert d.gain == pytest.approx(0.2)
+    slices["mined/add"] = Paired(items(0.1), items(0.9))
+    assert "mined/add falls" in decide(slices, set(SLICES)).reason
+
+
+def test_a_public_gain_the_private_set_does_not_share_is_blocked_as_a_leak():
+    slices = table({s: 0.56 for s in SLICES}, {s: 0.5 for s in SLICES})
+    public = Paired(items(0.95), items(0.5))
+    private = Paired(items(0.56, 1400), items(0.5, 1400))
+    d = decide(slices, set(SLICES), leak_pairs={"public": (public, private)})
+    assert not d.promote and "likely leak: public gains +0.390" in d.reason
+
+
+def test_the_first_model_needs_the_floor_under_its_interval():
+    assert decide(table({s: 0.3 for s in SLICES}, None), set(SLICES)).promote
+    first = decide(table({s: 0.02 for s in SLICES}, None), set(SLICES))
+    assert not first.promote and "below the floor" in first.reason and "No champion yet" in first.reason
 
 
 def test_no_private_slice_is_an_error():
     with pytest.raises(ValueError, match="no private slice"):
-        decide(scores(1, 1, 1, 1), None, set(), **KW)
+        decide(table({}, None), set())
+
+
+def trial_rates(worse_slice_by: float, trials: int = 400) -> float:
+    """Share of seeded trials promoted, 14 slices x 100 items, slice accuracies drawn per trial."""
+    rng = np.random.default_rng(0)
+    promoted = 0
+    for t in range(trials):
+        truth = rng.uniform(0.2, 0.9, size=len(SLICES))
+        slices = {}
+        for i, name in enumerate(SLICES):
+            p_new = truth[i] - (worse_slice_by if i == 3 else 0.0)
+            slices[name] = Paired((rng.random(100) < p_new).astype(float), (rng.random(100) < truth[i]).astype(float))
+        promoted += decide(slices, set(SLICES), resamples=1000, seed=t).promote
+    return promoted / trials
+
+
+def test_an_equal_challenger_is_promoted_in_at_most_5_percent_of_trials():
+    assert trial_rates(0.0) <= 0.05
+
+
+def test_a_challenger_worse_by_5_points_on_one_slice_is_rejected_in_at_least_95_percent():
+    assert 1 - trial_rates(0.05) >= 0.95

@@ -4,12 +4,14 @@ One `rmi run --cycles 1` (a first model, then one improvement cycle) is shared b
 """
 
 import json
-import random
 
 import pytest
-from dagster import DagsterInstance, instance_for_test, materialize
+import torch
+from dagster import AssetKey, DagsterInstance, instance_for_test, materialize
 
 from rmi_pipeline.assets import candidate_evaluation, champion
+from rmi_pipeline.cli import main
+from rmi_pipeline.ml.train import fit
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.resources import build_resources
 from rmi_pipeline.settings import Settings
@@ -55,21 +57,66 @@ def test_a_model_leads_back_to_its_dataset_batches_and_run(loop):
     assert run.job_name == "improvement_cycle" and run.tags["rmi/cycle"] == "1"
 
 
-def test_a_random_weights_challenger_is_not_promoted_and_the_champion_stays(loop):
-    registry, storage = loop["registry"], loop["storage"]
-    before = registry.version("champion").version
-    recipe = ArithmeticRecipe()
-    random.seed(0)
-    broken = recipe.build_model(learning_rate=0.0, max_steps=1)
-    with registry.run("broken", tags={}) as run_id:
-        broken_version = registry.register(run_id, broken, tags={"dataset_version": "none"}).version
-    assert registry.version("challenger").version == broken_version
+def register(loop, module, name: str) -> int:
+    with loop["registry"].run(name, tags={}) as run_id:
+        return loop["registry"].register(run_id, module, tags={"dataset_version": "none"}).version
+
+
+def evaluate_challenger(loop) -> tuple[bool, dict]:
+    """Run candidate_evaluation and champion on whatever is @challenger; (promoted?, the evaluation report)."""
     with instance_for_test() as instance:
         result = materialize([candidate_evaluation, champion], instance=instance,
-                             resources={k: loop[k] for k in ("storage", "registry")})
+                             resources={k: loop[k] for k in ("storage", "eval_store", "registry")})
     assert result.success
-    promoted = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "champion"]
-    assert promoted == []
-    report = json.loads(storage.read_bytes(f"evaluations/v{broken_version}.json"))
-    assert report["decision"]["promote"] is False and report["decision"]["gain"] < 0
-    assert registry.version("champion").version == before
+    promoted = any(e.asset_key.to_user_string() == "champion" for e in result.get_asset_materialization_events())
+    version = loop["registry"].version("challenger").version
+    return promoted, json.loads(loop["storage"].read_bytes(f"evaluations/v{version}.json"))
+
+
+def test_random_weights_challengers_are_never_promoted_and_the_champion_stays(loop):
+    registry = loop["registry"]
+    before = registry.version("champion").version
+    for seed in range(4):
+        torch.manual_seed(seed)
+        register(loop, ArithmeticRecipe().build_model(learning_rate=0.0, max_steps=1), f"random-{seed}")
+        promoted, report = evaluate_challenger(loop)
+        assert not promoted and report["decision"]["gain_high"] < 0, report["decision"]["reason"]
+        assert registry.version("champion").version == before
+
+
+def test_a_challenger_trained_on_leaked_eval_items_is_caught(loop):
+    """Someone trains on the private anchor items: the anchor score jumps, the fresh refreshed set's does not."""
+    recipe, registry = ArithmeticRecipe(), loop["registry"]
+    anchor = loop["eval_store"].read_json("anchor/suite.json")["items"]
+    leaked = recipe.build_model(learning_rate=3e-3, max_steps=1200)
+    leaked.load_state_dict(registry.load_weights("champion")[1])
+    tokens, mask = recipe.encode([i["prompt"] for i in anchor], [i["answer"] for i in anchor])
+    fit(leaked, tokens, mask, max_steps=1200, max_seconds=240)
+    register(loop, leaked, "leaked")
+    promoted, report = evaluate_challenger(loop)
+    assert not promoted
+    assert "likely leak: anchor" in report["decision"]["reason"]
+    assert report["decision"]["leaks"]["anchor"] > 0.10
+
+
+def test_a_person_can_roll_back_and_promote_by_hand_with_an_audit_trail(loop, monkeypatch):
+    registry = loop["registry"]
+    monkeypatch.setenv("DAGSTER_HOME", str(loop["settings"].dagster_home))
+    current = str(registry.version("champion").version)
+    history = registry.champion_history()
+    assert history[-1] == current and len(history) == 2
+    assert main(["rollback", "--reason", "answers got worse for customers"]) == 0
+    back = registry.version("champion")
+    assert str(back.version) == history[-2]
+    assert back.tags["override_action"] == "rollback" and back.tags["override_reason"].startswith("answers")
+    assert back.tags["override_by"] and back.tags["override_at"]
+    assert main(["promote", current, "--reason", "fixed upstream"]) == 0
+    again = registry.version("champion")
+    assert str(again.version) == current and again.tags["override_reason"] == "fixed upstream"
+    instance = DagsterInstance.get()
+    events = instance.fetch_materializations(AssetKey("champion"), limit=10).records
+    reasons = [e.asset_materialization.metadata["override_reason"].value for e in events
+               if "override_reason" in e.asset_materialization.metadata]
+    assert reasons[:2] == ["fixed upstream", "answers got worse for customers"]
+    assert main(["promote", "999", "--reason", "typo"]) == 2
+    assert main(["rollback", "--reason", " "]) == 2

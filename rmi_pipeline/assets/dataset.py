@@ -2,10 +2,11 @@
 
 Targets come from thumbs-up answers and from corrections; thumbs-down without a correction teach nothing
 here. The recipe's seed set is replayed in every version so nothing learned at the start is forgotten.
-Rows whose prompt is an eval item (by canonical hash) are removed and counted: users ask such questions
-naturally. A canary string in any row means eval data leaked into feedback: the check fails and blocks.
+Contamination policy: rows whose prompt is a sealed eval item (by canonical hash), or, for text recipes,
+shares an n-gram with one, are removed and counted: users ask such questions naturally, and dropping them
+costs little. Corrected hard cases on the held-out side of the mined split are removed the same way. A canary
+string in any row means eval files leaked into feedback: that is no accident, so the check fails and blocks.
 """
-
 
 import hashlib
 import random
@@ -35,12 +36,14 @@ def training_dataset(
 ) -> MaterializeResult:
     import polars as pl
 
+    from ..hygiene import is_mined_holdout, ngram_hashes
     from ..recipes.base import load_recipe
 
     settings = Settings()
     recipe = load_recipe(settings.recipe)
     manifest = storage.read_json(layout.EVAL_MANIFEST)
     eval_hashes, canary = set(manifest["hashes"]), manifest["canary"]
+    eval_ngrams = set(manifest.get("ngram_hashes", []))
 
     feedback = warehouse.query(
         "SELECT prompt, coalesce(correction, completion) AS target, batch_id, "
@@ -59,10 +62,18 @@ def training_dataset(
               for p, t in zip(rows["prompt"], rows["target"], strict=True)]
     unusable = len(rows) - sum(usable)
     rows = rows.filter(pl.Series(usable))
-    overlap = pl.Series([recipe.prompt_hash(p) in eval_hashes for p in rows["prompt"]])
-    removed_overlap = int(overlap.sum())
-    rows = rows.filter(~overlap)
-    remaining_overlap = sum(recipe.prompt_hash(p) in eval_hashes for p in rows["prompt"])
+    hashes = [recipe.prompt_hash(p) for p in rows["prompt"]]
+    overlap = pl.Series([h in eval_hashes for h in hashes])
+    # corrected hard cases on the held-out side of the split are the mined eval slice: never train on them
+    mined = pl.Series([src == "correction" and is_mined_holdout(h, manifest["mined_share"])
+                       for src, h in zip(rows["source"], hashes, strict=True)])
+    pairs = zip(rows["prompt"], rows["target"], strict=True)
+    ngram = pl.Series([bool(eval_ngrams) and any(ngram_hashes(text, manifest["ngram_n"]) & eval_ngrams for text in pair)
+                       for pair in pairs])
+    counts = {"removed_eval_overlap": int((overlap & ~mined).sum()), "held_out_mined": int(mined.sum()),
+              "removed_ngram_overlap": int((ngram & ~overlap & ~mined).sum())}
+    rows = rows.filter(~(overlap | mined | ngram))
+    remaining = sum(recipe.prompt_hash(p) in eval_hashes for p in rows["prompt"])
     slices = [recipe.slice_of(p) for p in rows["prompt"]]
     rows = rows.with_columns(skill=pl.Series([s for s, _ in slices]), tier=pl.Series([t for _, t in slices]))
 
@@ -86,14 +97,14 @@ def training_dataset(
     })
     storage.write_json(f"{layout.DATASETS}/latest.json", {"version": version})
     context.log.info(f"dataset {version}: {len(rows)} rows {by_source}, {len(new_batches)} new batches, "
-                     f"{removed_overlap} eval-overlap rows removed, {unusable} unusable")
+                     f"{counts}, {unusable} unusable")
     return MaterializeResult(
         metadata={"version": version, "uri": uri, "rows": len(rows), "new_feedback_rows": n_new,
                   "new_batches": ", ".join(new_batches) or "none", "unusable_rows": unusable,
-                  "removed_eval_overlap": removed_overlap, **{f"rows_{k}": v for k, v in by_source.items()}},
+                  **counts, **{f"rows_{k}": v for k, v in by_source.items()}},
         check_results=[
-            AssetCheckResult(check_name="no_eval_overlap", passed=remaining_overlap == 0,
-                             metadata={"removed_rows": removed_overlap, "remaining_overlap": remaining_overlap}),
+            AssetCheckResult(check_name="no_eval_overlap", passed=remaining == 0,
+                             metadata={**counts, "remaining_overlap": remaining}),
             AssetCheckResult(check_name="no_canary", passed=canary_rows == 0,
                              metadata={"rows_with_canary": canary_rows}),
         ],

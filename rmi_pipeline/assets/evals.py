@@ -1,54 +1,94 @@
-"""The sealed eval suite: curated elsewhere, opened only here and in evaluation; it publishes hashes only."""
+"""The sealed eval suite. Only this asset and candidate_evaluation hold the eval store; training sees a manifest.
 
+Three private sets: the curated anchor (frozen, comparable across cycles), a refreshed set drawn anew each
+cycle (no model can have seen it), and the mined set (users' corrected hard cases, held out by hash).
+"""
 
-import hashlib
-import json
+import random
+from datetime import UTC, datetime
 
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from .. import layout
 from ..resources.storage import ObjectStore
+from ..resources.warehouse import Warehouse
 from ..settings import Settings
+from .feedback import feedback_events
+
+MINED_PER_SKILL = 200  # the most recent hard cases per skill
 
 
-def load_suite(storage: ObjectStore) -> dict:
-    """The private suite: {"version", "canary", "items": [{"prompt", "answer", "skill", "tier"}]}."""
-    if not storage.exists(layout.EVAL_SUITE):
-        raise FileNotFoundError(
-            f"no eval suite at {storage.uri(layout.EVAL_SUITE)}: curators must write one first "
-            "(`rmi simulate` writes the default world's suite)")
-    suite = storage.read_json(layout.EVAL_SUITE)
+def read_set(eval_store: ObjectStore, key: str) -> dict:
+    """An eval set: {"version", "items": [{"prompt", "answer", "skill", "tier"}], ...}."""
+    if not eval_store.exists(key):
+        raise FileNotFoundError(f"no eval set at {eval_store.uri(key)}: curators must write the anchor suite first "
+                                "(`rmi simulate` writes the default world's suite)")
+    return eval_store.read_json(key)
+
+
+def load_anchor(eval_store: ObjectStore) -> dict:
+    """The curated suite, which also carries the canary."""
+    suite = read_set(eval_store, layout.ANCHOR)
     if not suite.get("items") or not suite.get("canary"):
-        raise ValueError(f"eval suite {storage.uri(layout.EVAL_SUITE)} needs 'items' and a 'canary'")
+        raise ValueError(f"eval suite {eval_store.uri(layout.ANCHOR)} needs 'items' and a 'canary'")
     return suite
 
 
-@asset(group_name="evals", kinds={"json"})
-def eval_suite(context: AssetExecutionContext, storage: ObjectStore) -> MaterializeResult:
-    """Publish what training may know of the suite: item hashes, slice sizes, the canary, a version."""
+@asset(deps=[feedback_events], group_name="evals", kinds={"json"})
+def eval_suite(context: AssetExecutionContext, storage: ObjectStore, eval_store: ObjectStore,
+               warehouse: Warehouse) -> MaterializeResult:
+    """Refresh and mine the private sets, then publish what training may know: hashes, slice sizes, canary."""
+    from ..hygiene import is_mined_holdout, ngram_hashes
     from ..recipes.base import load_recipe
 
-    recipe = load_recipe(Settings().recipe)
-    suite = load_suite(storage)
+    settings = Settings()
+    recipe = load_recipe(settings.recipe)
+    anchor = load_anchor(eval_store)
+    stamp = f"{datetime.now(UTC):%Y%m%dT%H%M%S}"
+
+    refreshed = [{"prompt": t.prompt, "answer": t.answer, "skill": t.skill, "tier": t.tier} for t in
+                 recipe.build_eval_suite(random.Random(f"refresh-{stamp}"), settings.refreshed_items_per_slice)]
+    eval_store.write_json(f"{layout.REFRESHED}/{stamp}.json", {"version": stamp, "items": refreshed})
+
+    hard = warehouse.query("SELECT prompt, correction FROM feedback_events WHERE rating = 'down' AND "
+                           "correction IS NOT NULL ORDER BY ts DESC, event_id")
+    mined, seen = [], set()
+    for prompt, answer in hard.iter_rows():
+        if not (recipe.is_valid_prompt(prompt) and recipe.is_valid_completion(answer)):
+            continue
+        digest = recipe.prompt_hash(prompt)
+        # users can be wrong: only corrections the recipe's verifier accepts become eval items
+        if digest in seen or not is_mined_holdout(digest, settings.mined_share) or recipe.verify(prompt, answer)[0] < 1:
+            continue
+        skill, tier = recipe.slice_of(prompt)
+        if sum(m["skill"] == skill for m in mined) < MINED_PER_SKILL:
+            seen.add(digest)
+            mined.append({"prompt": prompt, "answer": answer, "skill": skill, "tier": tier})
+    eval_store.write_json(f"{layout.MINED}/{stamp}.json", {"version": stamp, "items": mined})
+
     counts: dict[tuple[str, int], int] = {}
-    for item in suite["items"]:
+    for item in anchor["items"]:
         counts[(item["skill"], item["tier"])] = counts.get((item["skill"], item["tier"]), 0) + 1
     slices = [{"skill": s, "tier": t, "items": n, "private": recipe.is_private_slice(s, t, n)}
               for (s, t), n in sorted(counts.items())]
     private = {(s["skill"], s["tier"]) for s in slices if s["private"]}
-    # Slices too small to keep private (every problem is one a user will ask) are scored but not
-    # counted in the headline metric, so training on their problems is no leak.
-    hashes = sorted({recipe.prompt_hash(item["prompt"]) for item in suite["items"]
-                     if (item["skill"], item["tier"]) in private})
+    # Slices too small to keep private (every problem is one a user will ask) are scored but not counted,
+    # so training on their problems is no leak.
+    sealed = [i for i in anchor["items"] + refreshed if (i["skill"], i["tier"]) in private] + mined
     manifest = {
-        "version": suite.get("version") or hashlib.sha256(json.dumps(suite, sort_keys=True).encode()).hexdigest()[:12],
-        "canary": suite["canary"],
-        "hashes": hashes,
+        "version": anchor["version"], "refreshed_version": stamp, "mined_version": stamp,
+        "canary": anchor["canary"], "mined_share": settings.mined_share,
+        "hashes": sorted({recipe.prompt_hash(i["prompt"]) for i in sealed}),
+        "ngram_n": settings.ngram_n,
+        "ngram_hashes": sorted({h for i in sealed for h in ngram_hashes(i["prompt"], settings.ngram_n)})
+        if recipe.text_recipe else [],
         "slices": slices,
+        "sets": {"anchor": len(anchor["items"]), "refreshed": len(refreshed), "mined": len(mined)},
     }
     storage.write_json(layout.EVAL_MANIFEST, manifest)
+    context.log.info(f"eval suite {anchor['version']}: {manifest['sets']}, {len(manifest['hashes'])} sealed hashes")
     return MaterializeResult(metadata={
-        "version": manifest["version"], "items": len(suite["items"]), "slices": len(slices),
-        "private_slices": len(private), "private_item_hashes": len(hashes),
+        "anchor_version": anchor["version"], "refreshed_version": stamp, **manifest["sets"],
+        "private_slices": len(private), "sealed_hashes": len(manifest["hashes"]),
         "excluded_slices": ", ".join(f"{s['skill']}/{s['tier']}" for s in slices if not s["private"]) or "none",
     })

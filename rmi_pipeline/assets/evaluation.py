@@ -1,5 +1,9 @@
-"""The challenger against the champion on the private eval suite, per skill and tier, and the gate's verdict."""
+"""The challenger against the champion on every eval set, per slice, and the gate's verdict.
 
+Counted slices (skill/tier) pool the anchor and the refreshed set; the mined hard cases and the slices too
+small to be private are guarded against regression but do not make the gain (the champion once failed the
+mined cases, so they would flatter any challenger). The public set and the anchor feed the leak signals.
+"""
 
 import time
 
@@ -9,75 +13,97 @@ from .. import layout
 from ..resources.registry import CHALLENGER, CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..settings import Settings
-from .evals import eval_suite, load_suite
+from .evals import eval_suite, load_anchor, read_set
 from .training import candidate_model
 
 
 @asset(deps=[candidate_model, eval_suite], group_name="evaluation", kinds={"pytorch"})
-def candidate_evaluation(
-    context: AssetExecutionContext, storage: ObjectStore, registry: ModelRegistry
-) -> MaterializeResult:
-    from ..ml.gate import decide
+def candidate_evaluation(context: AssetExecutionContext, storage: ObjectStore, eval_store: ObjectStore,
+                         registry: ModelRegistry) -> MaterializeResult:
+    import numpy as np
+
+    from ..ml.gate import Paired, decide, markdown
     from ..recipes.base import Task, load_recipe
 
     settings = Settings()
     recipe = load_recipe(settings.recipe)
-    suite = load_suite(storage)
-    tasks = [Task(i["prompt"], i["answer"], i["skill"], int(i["tier"])) for i in suite["items"]]
     manifest = storage.read_json(layout.EVAL_MANIFEST)
     private = {(s["skill"], s["tier"]) for s in manifest["slices"] if s["private"]}
+    sets = {
+        "anchor": load_anchor(eval_store)["items"],
+        "refreshed": read_set(eval_store, f"{layout.REFRESHED}/{manifest['refreshed_version']}.json")["items"],
+        "mined": read_set(eval_store, f"{layout.MINED}/{manifest['mined_version']}.json")["items"],
+        "public": [vars(t) for t in recipe.public_eval()],
+    }
+    tasks = [(name, Task(i["prompt"], i["answer"], i["skill"], int(i["tier"]))) for name, items in sets.items()
+             for i in items]
 
     challenger = registry.version(CHALLENGER)
     if challenger is None:
         raise LookupError(f"model {registry.model_name!r} has no challenger to evaluate")
     champion = registry.version(CHAMPION)
+    if champion is not None and champion.version == challenger.version:
+        raise RuntimeError(f"v{challenger.version} is already the champion: train a new challenger first")
     models = [registry.load(mv.version, recipe) for mv in (challenger, champion) if mv]
     started = time.perf_counter()
-    new = recipe.exact_match(models[0], tasks)
-    old = recipe.exact_match(models[1], tasks) if champion else None
+    right = [np.array(recipe.correct(model, [t for _, t in tasks]), dtype=float) for model in models]
     compute_seconds = time.perf_counter() - started
-    decision = decide(new, old, private, min_gain=settings.gate_min_gain,
-                      slice_tolerance=settings.gate_slice_tolerance, first_floor=settings.gate_first_floor)
-    verdict = "promote" if decision.promote else "reject"
-    context.log.info(f"challenger v{challenger.version}: {verdict}: {decision.reason}")
 
-    report = {
-        "challenger_version": challenger.version,
-        "champion_version": champion.version if champion else None,
-        "suite_version": manifest["version"],
-        "decision": decision.as_dict(),
-        "slices": [{"skill": s, "tier": t, "private": (s, t) in private, "challenger": new[(s, t)],
-                    "champion": old[(s, t)] if old else None} for s, t in new],
+    def paired(keep) -> Paired:
+        idx = [i for i, (name, task) in enumerate(tasks) if keep(name, task)]
+        return Paired(right[0][idx], right[1][idx] if champion else None)
+
+    slices = {f"{s}/{t}": paired(lambda n, task, s=s, t=t: n in ("anchor", "refreshed") and
+                                 (task.skill, task.tier) == (s, t))
+              for s, t in sorted({(task.skill, task.tier) for n, task in tasks if n == "anchor"})}
+    for skill in sorted({task.skill for n, task in tasks if n == "mined"}):
+        slices[f"mined/{skill}"] = paired(lambda n, task, skill=skill: n == "mined" and task.skill == skill)
+    counted = {f"{s}/{t}" for s, t in private}
+    is_private = lambda n, task: (task.skill, task.tier) in private  # noqa: E731
+    leak_pairs = {} if champion is None else {
+        "public": (paired(lambda n, task: n == "public"),
+                   paired(lambda n, task: n in ("anchor", "refreshed") and is_private(n, task))),
+        "anchor": (paired(lambda n, task: n == "anchor" and is_private(n, task)),
+                   paired(lambda n, task: n == "refreshed" and is_private(n, task))),
     }
+    decision = decide(slices, counted, leak_pairs=leak_pairs, min_gain=settings.gate_min_gain,
+                      tolerance=settings.gate_slice_tolerance, first_floor=settings.gate_first_floor,
+                      leak_gap=settings.gate_leak_gap, confidence=settings.gate_confidence,
+                      resamples=settings.gate_resamples, seed=settings.seed + int(challenger.version))
+    verdict = "promote" if decision.promote else "reject"
+    context.log.info(f"challenger v{challenger.version}: {verdict}. {decision.reason}")
+
+    # The anchor is frozen: its means are comparable across every cycle (the learning curve).
+    def anchor_mean(which: int, skill: str | None = None) -> float:
+        keep = [paired(lambda n, task, s=s, t=t: n == "anchor" and (task.skill, task.tier) == (s, t))
+                for s, t in sorted(private) if skill in (None, s)]
+        return float(np.mean([(k.challenger if which == 0 else k.champion).mean() for k in keep]))
+
+    scores = {"challenger_anchor_mean": anchor_mean(0)}
+    scores |= {f"challenger_skill_{s}": anchor_mean(0, s) for s in recipe.skills}
+    if champion:
+        scores |= {"champion_anchor_mean": anchor_mean(1)}
+        scores |= {f"champion_skill_{s}": anchor_mean(1, s) for s in recipe.skills}
+    report = {"challenger_version": challenger.version, "champion_version": champion.version if champion else None,
+              "suite_version": manifest["version"], "refreshed_version": manifest["refreshed_version"],
+              "scores": scores, "decision": decision.as_dict()}
     storage.write_json(f"{layout.EVALUATIONS}/v{challenger.version}.json", report)
-    registry.tag(challenger.version, {"eval_private_mean": f"{decision.challenger_mean:.4f}",
+    registry.tag(challenger.version, {"eval_anchor_mean": f"{scores['challenger_anchor_mean']:.4f}",
                                       "gate_verdict": verdict, "gate_reason": decision.reason[:4000]})
-    per_skill = {f"challenger_skill_{skill}": round(_skill_mean(new, private, skill), 4) for skill in recipe.skills}
-    if old:
-        per_skill |= {f"champion_skill_{skill}": round(_skill_mean(old, private, skill), 4) for skill in recipe.skills}
+    # with a champion the interval is the gain's; for a first model, its score's
+    of = "gain" if champion else "score"
+    interval = {f"{of}_low": round(decision.gain_low, 4), f"{of}_high": round(decision.gain_high, 4)}
+    if champion:
+        interval["gain"] = round(decision.gain, 4)
     return MaterializeResult(metadata={
         "verdict": verdict,
         "reason": decision.reason,
         "challenger_version": challenger.version,
         "champion_version": champion.version if champion else "none",
-        "challenger_private_mean": round(decision.challenger_mean, 4),
-        "champion_private_mean": round(decision.champion_mean, 4) if old else None,
-        **per_skill,
+        **{k: round(v, 4) for k, v in scores.items()},
+        **interval,
+        **{f"leak_{k}": round(v, 4) for k, v in decision.leaks.items()},
+        "eval_items": {k: len(v) for k, v in sets.items()},
         "eval_compute_seconds": round(compute_seconds, 3),
-        "slices": MetadataValue.md(_table(report["slices"])),
+        "verdict_table": MetadataValue.md(markdown(decision)),
     })
-
-
-def _skill_mean(scores: dict, private: set, skill: str) -> float:
-    values = [v for (s, t), v in scores.items() if s == skill and (s, t) in private]
-    return sum(values) / max(1, len(values))
-
-
-def _table(slices: list[dict]) -> str:
-    lines = ["| skill | tier | private | challenger | champion | delta |", "|---|---|---|---|---|---|"]
-    for s in slices:
-        champ = "" if s["champion"] is None else f"{s['champion']:.2f}"
-        delta = "" if s["champion"] is None else f"{s['challenger'] - s['champion']:+.2f}"
-        lines.append(f"| {s['skill']} | {s['tier']} | {'yes' if s['private'] else 'no'} | "
-                     f"{s['challenger']:.2f} | {champ} | {delta} |")
-    return "\n".join(lines)

@@ -31,14 +31,11 @@ def champion(context: AssetExecutionContext, storage: ObjectStore, registry: Mod
                            f"v{report['champion_version']}; evaluate again before promoting")
     previous = registry.promote(challenger.version, {
         "promoted_at": datetime.now(UTC).isoformat(), "promoted_by": "gate",
-        "promoted_in_dagster_run": context.run.run_id, "previous_champion": previous_or_none(current),
+        "promoted_in_dagster_run": context.run.run_id,
     })
     context.log.info(f"champion v{previous} -> v{challenger.version}: {decision['reason']}")
     yield MaterializeResult(metadata={
         "champion_version": challenger.version, "previous_champion": previous or "none",
-        "private_mean": round(decision["challenger_mean"], 4), "reason": decision["reason"],
+        "anchor_mean": round(report["scores"]["challenger_anchor_mean"], 4), "reason": decision["reason"],
+        "promoted_by": "gate",
     })
-
-
-def previous_or_none(version) -> str:
-    return version.version if version else "none"

@@ -34,6 +34,7 @@ def candidate_model(context: AssetExecutionContext, storage: ObjectStore, regist
 
     champion = registry.version("champion")
     steps = settings.train_steps if champion else settings.bootstrap_steps
+    max_seconds = settings.train_max_seconds if champion else settings.bootstrap_max_seconds
     seed = settings.seed + int(champion.version) if champion else settings.seed
     torch.manual_seed(seed)  # the same dataset and seed give the same candidate
     module = recipe.build_model(learning_rate=settings.learning_rate, max_steps=steps)
@@ -52,7 +53,7 @@ def candidate_model(context: AssetExecutionContext, storage: ObjectStore, regist
     with registry.run(f"candidate-{version}", tags=lineage) as run_id:
         client = registry.client()
         params = {"steps": steps, "batch_size": settings.batch_size, "learning_rate": settings.learning_rate,
-                  "max_seconds": settings.train_max_seconds, "seed": seed, "rows": len(data),
+                  "max_seconds": max_seconds, "seed": seed, "rows": len(data),
                   "parameters": sum(p.numel() for p in module.parameters()), "accelerator": settings.accelerator}
         for key, value in params.items():
             client.log_param(run_id, key, value)
@@ -61,7 +62,7 @@ def candidate_model(context: AssetExecutionContext, storage: ObjectStore, regist
             client.log_metric(run_id, "train_loss", loss, step=step)
             context.log.info(f"training step {step}/{total} loss {loss:.4f}")
 
-        result = fit(module, tokens, mask, weights, max_steps=steps, max_seconds=settings.train_max_seconds,
+        result = fit(module, tokens, mask, weights, max_steps=steps, max_seconds=max_seconds,
                      batch_size=settings.batch_size, seed=seed, accelerator=settings.accelerator, report=report)
         metrics = {"final_loss": result.final_loss, "steps_done": result.steps, "train_seconds": result.seconds,
                    "steps_per_second": result.steps / max(result.seconds, 1e-9)}

@@ -1,10 +1,40 @@
-"""The promotion gate: is the challenger better overall, and no slice worse than its tolerance?"""
+"""The promotion gate: paired bootstrap intervals on per-item results, and a verdict a person can read.
+
+A challenger is promoted only if
+- its overall gain (mean over the counted slices of challenger minus champion) has a lower confidence bound
+  above `min_gain`: a gain the eval's noise could explain is not a gain;
+- no slice falls by more than `tolerance` with an interval wholly below zero;
+- no leak signal: on a set it could have seen (the public set, the frozen anchor) it does not gain more than
+  `leak_gap` beyond what it gains on a set it cannot have seen (the private pool, the fresh refreshed set).
+With no champion, the first model is promoted if the lower bound of its score reaches `first_floor`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
-Slice = tuple[str, int]
+import numpy as np
+
+
+@dataclass
+class Paired:
+    """Per-item correctness (0/1) of challenger and champion on the same items, in the same order."""
+
+    challenger: np.ndarray
+    champion: np.ndarray | None = None
+
+
+@dataclass
+class SliceResult:
+    name: str
+    items: int
+    challenger: float
+    champion: float | None
+    delta: float | None
+    low: float | None
+    high: float | None
+    counted: bool
+    regressed: bool = False
 
 
 @dataclass
@@ -14,39 +44,99 @@ class Decision:
     challenger_mean: float
     champion_mean: float | None
     gain: float | None
-    worst_slice: str | None = None
-    worst_delta: float | None = None
+    gain_low: float | None
+    gain_high: float | None
+    slices: list[SliceResult] = field(default_factory=list)
+    leaks: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def mean(scores: dict[Slice, float], private: set[Slice]) -> float:
-    return sum(scores[s] for s in private) / len(private)
+def _resampled_means(values: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap replicates of the mean of `values` (items resampled with replacement)."""
+    idx = rng.integers(0, len(values), size=(resamples, len(values)))
+    return values[idx].mean(axis=1)
 
 
-def decide(challenger: dict[Slice, float], champion: dict[Slice, float] | None, private: set[Slice], *,
-           min_gain: float, slice_tolerance: float, first_floor: float) -> Decision:
-    """Scores are exact-match rates per (skill, tier); only private slices count."""
-    if not private:
+def _interval(replicates: np.ndarray, confidence: float) -> tuple[float, float]:
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(replicates, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def decide(slices: dict[str, Paired], counted: set[str], *, leak_pairs: dict[str, tuple[Paired, Paired]] | None = None,
+           min_gain: float = 0.0, tolerance: float = 0.05, first_floor: float = 0.05, leak_gap: float = 0.10,
+           confidence: float = 0.98, resamples: int = 2000, seed: int = 0) -> Decision:
+    """`counted` slices make the overall score; every slice is guarded against regression."""
+    if not counted:
         raise ValueError("the eval suite has no private slice: nothing honest to gate on")
-    new = mean(challenger, private)
-    if champion is None:
-        ok = new >= first_floor
-        why = (f"no champion yet; the first model scores {new:.3f}, "
-               f"{'at or above' if ok else 'below'} the floor {first_floor:.3f}")
-        return Decision(ok, why, new, None, None)
-    old = mean(champion, private)
+    rng = np.random.default_rng(seed)
+    first = any(p.champion is None for p in slices.values())
+    results, overall = [], np.zeros(resamples)
+    for name, pair in sorted(slices.items()):
+        a = np.asarray(pair.challenger, dtype=float)
+        values = a if first else a - np.asarray(pair.champion, dtype=float)
+        replicates = _resampled_means(values, resamples, rng)
+        if name in counted:
+            overall += replicates / len(counted)
+        low, high = _interval(replicates, confidence)
+        if first:
+            results.append(SliceResult(name, len(a), float(a.mean()), None, None, low, high, name in counted))
+            continue
+        delta = float(values.mean())
+        results.append(SliceResult(name, len(a), float(a.mean()), float(pair.champion.mean()), delta, low, high,
+                                   name in counted, regressed=delta < -tolerance and high < 0))
+    new = float(np.mean([r.challenger for r in results if r.counted]))
+    low, high = _interval(overall, confidence)
+    level = f"{confidence:.0%}"
+    if first:
+        ok = low >= first_floor
+        why = (f"No champion yet: the first model scores {new:.3f} ({level} interval {low:.3f} to {high:.3f}), "
+               f"{'at or above' if ok else 'below'} the floor {first_floor:.3f}.")
+        return Decision(ok, why, new, None, None, low, high, results)
+
+    old = float(np.mean([r.champion for r in results if r.counted]))
     gain = new - old
-    deltas = {s: challenger[s] - champion[s] for s in private}
-    worst = min(deltas, key=deltas.get)
-    worst_name = f"{worst[0]}/{worst[1]}"
-    if gain <= min_gain:
-        return Decision(False, f"not better overall: {new:.3f} vs champion {old:.3f} (gain {gain:+.3f} "
-                        f"must exceed {min_gain:+.3f})", new, old, gain, worst_name, deltas[worst])
-    if deltas[worst] < -slice_tolerance:
-        return Decision(False, f"better overall ({gain:+.3f}) but slice {worst_name} falls {deltas[worst]:+.3f}, "
-                        f"past the tolerance {slice_tolerance:.3f}", new, old, gain, worst_name, deltas[worst])
-    return Decision(True, f"better overall: {new:.3f} vs {old:.3f} ({gain:+.3f}); worst slice {worst_name} "
-                    f"{deltas[worst]:+.3f} is within the tolerance {slice_tolerance:.3f}",
-                    new, old, gain, worst_name, deltas[worst])
+    decision = Decision(False, "", new, old, gain, low, high, results)
+    for name, (seen, fresh) in (leak_pairs or {}).items():
+        decision.leaks[name] = _gain(seen) - _gain(fresh)
+    regressed = [r for r in results if r.regressed]
+    leaks = {k: v for k, v in decision.leaks.items() if v > leak_gap}
+    summary = f"gain {gain:+.3f} ({level} interval {low:+.3f} to {high:+.3f})"
+    if leaks:
+        name, gap = max(leaks.items(), key=lambda kv: kv[1])
+        decision.reason = (f"Blocked as a likely leak: {name} gains {gap:+.3f} more than the unseen set "
+                           f"(threshold {leak_gap:.2f}); overall {summary}.")
+    elif regressed:
+        worst = min(regressed, key=lambda r: r.delta)
+        decision.reason = (f"Not promoted: slice {worst.name} falls {worst.delta:+.3f} (interval {worst.low:+.3f} "
+                           f"to {worst.high:+.3f}), past the tolerance {tolerance:.2f}; overall {summary}.")
+    elif low <= min_gain:
+        decision.reason = (f"Not promoted: the {summary} is not significantly above {min_gain:+.3f} "
+                           f"({new:.3f} vs champion {old:.3f}).")
+    else:
+        decision.promote = True
+        decision.reason = (f"Promoted: {new:.3f} vs champion {old:.3f}, {summary}, and no slice falls past "
+                           f"the tolerance {tolerance:.2f}.")
+    return decision
+
+
+def _gain(pair: Paired) -> float:
+    return float(np.mean(pair.challenger) - np.mean(pair.champion))
+
+
+def markdown(decision: Decision) -> str:
+    """The verdict as the UI shows it: one sentence, then every slice with its delta and interval."""
+    lines = [decision.reason, "", "| slice | items | counted | challenger | champion | delta | interval | |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in decision.slices:
+        champ = "-" if r.champion is None else f"{r.champion:.2f}"
+        delta = "-" if r.delta is None else f"{r.delta:+.2f}"
+        flag = "regressed" if r.regressed else ""
+        lines.append(f"| {r.name} | {r.items} | {'yes' if r.counted else 'no'} | {r.challenger:.2f} | {champ} | "
+                     f"{delta} | {r.low:+.2f} to {r.high:+.2f} | {flag} |")
+    if decision.leaks:
+        lines += ["", "Leak signals (gain on a set the model could have seen minus gain on an unseen set): "
+                  + ", ".join(f"{k} {v:+.3f}" for k, v in decision.leaks.items())]
+    return "\n".join(lines)

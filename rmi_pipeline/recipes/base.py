@@ -29,6 +29,7 @@ class Recipe(ABC):
     name: str
     skills: tuple[str, ...]
     tiers: tuple[int, ...]
+    text_recipe: bool = False  # free text: training is also checked for n-gram overlap with the evals
 
     @abstractmethod
     def build_model(self, learning_rate: float, max_steps: int):
@@ -74,6 +75,10 @@ class Recipe(ABC):
     def is_private_slice(self, skill: str, tier: int, items: int) -> bool:
         """Whether `items` eval problems of a slice can stay out of any training set (enough problems exist)."""
 
+    def public_eval(self) -> list[Task]:
+        """A public eval set anyone may see (and train on): the yardstick for the leak signal."""
+        return []
+
     def build_eval_suite(self, rng: random.Random, items_per_slice: int) -> list[Task]:
         """A labelled eval suite, `items_per_slice` distinct problems per skill and tier."""
         suite: list[Task] = []
@@ -88,13 +93,10 @@ class Recipe(ABC):
                 suite.extend(list(seen.values())[:items_per_slice])
         return suite
 
-    def exact_match(self, model, tasks: list[Task]) -> dict[tuple[str, int], float]:
-        """Share of exactly right answers per (skill, tier) slice."""
+    def correct(self, model, tasks: list[Task]) -> list[bool]:
+        """Whether the model's answer to each task is exactly right."""
         answers = self.answer(model, [t.prompt for t in tasks])
-        hits: dict[tuple[str, int], list[bool]] = {}
-        for task, got in zip(tasks, answers, strict=True):
-            hits.setdefault((task.skill, task.tier), []).append(got == task.answer)
-        return {s: sum(h) / len(h) for s, h in sorted(hits.items())}
+        return [got == task.answer for task, got in zip(tasks, answers, strict=True)]
 
     def prompt_hash(self, prompt: str) -> str:
         return hashlib.sha256(self.canonical(prompt).encode()).hexdigest()

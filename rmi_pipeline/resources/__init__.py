@@ -12,6 +12,8 @@ def build_resources(settings: Settings) -> dict:
     """The resources of the loop, from the one settings object."""
     return {
         "storage": ObjectStore(url=settings.resolved_storage_url, endpoint_url=settings.s3_endpoint_url),
+        # sealed: only evaluation assets take it
+        "eval_store": ObjectStore(url=settings.resolved_eval_url, endpoint_url=settings.s3_endpoint_url),
         "warehouse": Warehouse(path=str(settings.resolved_warehouse_path)),
         "registry": ModelRegistry(
             tracking_uri=settings.resolved_tracking_uri,

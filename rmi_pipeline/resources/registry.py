@@ -106,13 +106,40 @@ class ModelRegistry(ConfigurableResource):
         module.load_state_dict(state)
         return module.eval()
 
+    def champion_history(self) -> list[str]:
+        """Versions that have been champion, oldest first (the alias's audit trail)."""
+        model = self.client().get_registered_model(self.model_name)
+        history = model.tags.get("champion_history", "")
+        return history.split(",") if history else []
+
     def promote(self, version: str | int, tags: dict[str, str]) -> str | None:
         """Move `champion` to `version` in one alias write; returns the version it left."""
+        from mlflow.exceptions import MlflowException
+
         client = self.client()
+        try:
+            client.get_model_version(self.model_name, str(version))
+        except MlflowException:
+            raise LookupError(f"model {self.model_name!r} has no version {version}") from None
         previous = self.version(CHAMPION)
-        self.tag(version, tags)
+        self.tag(version, {**tags, "previous_champion": previous.version if previous else "none"})
         client.set_registered_model_alias(self.model_name, CHAMPION, str(version))
-        return previous.version if previous else None
+        history = self.champion_history() + [str(version)]
+        client.set_registered_model_tag(self.model_name, "champion_history", ",".join(history[-200:]))
+        return str(previous.version) if previous else None
+
+    def rollback(self, tags: dict[str, str]) -> tuple[str, str]:
+        """Move `champion` back to the version that held it before; returns (from, to)."""
+        client = self.client()
+        history = self.champion_history()
+        current = self.version(CHAMPION)
+        if current is None or len(history) < 2 or history[-1] != str(current.version):
+            raise LookupError("there is no earlier champion to roll back to")
+        back = history[-2]
+        self.tag(back, tags)
+        client.set_registered_model_alias(self.model_name, CHAMPION, back)
+        client.set_registered_model_tag(self.model_name, "champion_history", ",".join(history[:-1]))
+        return str(current.version), back
 
     def tag(self, version: str | int, tags: dict[str, str]) -> None:
         client = self.client()

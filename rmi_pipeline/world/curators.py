@@ -1,4 +1,5 @@
-"""Curators build the private eval suite once: labelled, every slice filled, marked with a canary."""
+"""Curators build the private anchor suite once, into the sealed eval store: labelled, every slice filled,
+marked with a canary."""
 
 import random
 import uuid
@@ -7,7 +8,7 @@ from datetime import UTC, datetime
 from .. import layout
 
 
-def curate_eval_suite(storage, recipe, items_per_slice: int, seed: int) -> dict:
+def curate_eval_suite(eval_store, recipe, items_per_slice: int, seed: int) -> dict:
     rng = random.Random(f"curators-{seed}")
     items = recipe.build_eval_suite(rng, items_per_slice)
     suite = {
@@ -15,5 +16,5 @@ def curate_eval_suite(storage, recipe, items_per_slice: int, seed: int) -> dict:
         "canary": f"RMI-EVAL-CANARY {uuid.UUID(int=rng.getrandbits(128))}",
         "items": [{"prompt": t.prompt, "answer": t.answer, "skill": t.skill, "tier": t.tier} for t in items],
     }
-    storage.write_json(layout.EVAL_SUITE, suite)
+    eval_store.write_json(layout.ANCHOR, suite)
     return suite

@@ -18,12 +18,13 @@ class World:
         self.recipe = load_recipe(settings.recipe)
         resources = build_resources(settings)
         self.storage, self.registry = resources["storage"], resources["registry"]
+        self.eval_store = resources["eval_store"]
 
     def ensure_eval_suite(self) -> bool:
         """Curators write the suite once; returns True when they had to."""
-        if self.storage.exists(layout.EVAL_SUITE):
+        if self.eval_store.exists(layout.ANCHOR):
             return False
-        curate_eval_suite(self.storage, self.recipe, self.settings.eval_items_per_slice, self.settings.seed)
+        curate_eval_suite(self.eval_store, self.recipe, self.settings.eval_items_per_slice, self.settings.seed)
         return True
 
     def serve_cycle(self, cycle: int) -> tuple[str, dict]:
