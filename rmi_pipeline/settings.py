@@ -57,6 +57,21 @@ class Settings(BaseSettings):
                                  "marks a likely leak.")
     gate_first_floor: float = Field(default=0.05, description="Score a first model needs with no champion.")
 
+    # automation and alerts
+    cycle_min_new_events: int = Field(default=1000, description="New validated feedback events that start an "
+                                      "improvement cycle by themselves.")
+    alert_webhook_url: str | None = Field(default=None, description="Slack-compatible webhook for alerts; unset: "
+                                          "alerts are only logged.")
+    ui_url: str = Field(default="http://127.0.0.1:3000", description="Where alerts link runs to.")
+    health_cron: str = Field(default="0 * * * *", description="When champion_health runs (also after each ingest).")
+    health_tolerance: float = Field(default=0.10, description="A slice regresses when its eval score falls, or its "
+                                    "live thumbs-down rate rises, by more than this against the baseline.")
+    health_window_events: int = Field(default=5000, description="Latest rated events of the champion that make "
+                                      "its live thumbs-down rates.")
+    regression_budget: int = Field(default=3, description="Regression-triggered cycles per champion before a "
+                                   "person is alerted instead.")
+    regression_backoff_seconds: float = Field(default=300.0, description="Wait before the 2nd attempt; doubles.")
+
     # the simulated world (used by `rmi run` and `rmi simulate`, never by the pipeline)
     sim_queries_per_cycle: int = Field(default=6000, description="Questions users ask per cycle.")
     sim_wrong_user_share: float = Field(default=0.05, description="Users whose verdict is the wrong one.")

@@ -13,6 +13,7 @@ GRAPH = {  # asset -> its upstream assets; a change to the loop's shape shows up
     "candidate_model": {"training_dataset"},
     "candidate_evaluation": {"candidate_model", "eval_suite"},
     "champion": {"candidate_evaluation"},
+    "champion_health": {"eval_suite"},
 }
 
 
@@ -28,12 +29,16 @@ def test_the_asset_graph_is_the_loop():
 
 def test_only_evaluation_assets_hold_the_sealed_eval_store():
     holders = {a.key.to_user_string() for a in defs.assets if "eval_store" in a.required_resource_keys}
-    assert holders == {"eval_suite", "candidate_evaluation"}
+    assert holders == {"eval_suite", "candidate_evaluation", "champion_health"}
 
 
 def test_jobs_and_sensor_are_defined():
     assert defs.resolve_job_def("improvement_cycle") and defs.resolve_job_def("ingest_feedback")
     assert defs.resolve_sensor_def("new_feedback_sensor").job_name == "ingest_feedback"
+    assert defs.resolve_sensor_def("enough_feedback_sensor").job_name == "improvement_cycle"
+    assert defs.resolve_sensor_def("regression_sensor").job_name == "improvement_cycle"
+    schedule = defs.resolve_schedule_def("health_schedule")
+    assert schedule.cron_schedule == "0 * * * *" and schedule.job_name == "health_check"
 
 
 def test_loading_definitions_does_not_import_heavy_libraries():

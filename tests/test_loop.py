@@ -34,6 +34,8 @@ def test_the_first_model_is_promoted_and_a_better_challenger_takes_over(loop):
     registry = loop["registry"]
     assert registry.version("champion").version == 2
     assert registry.version("champion").tags["gate_verdict"] == "promote"
+    alerts = json.loads((loop["home"] / "alerts_sent.json").read_text())  # each promotion told a person once
+    assert {"promotion-1", "promotion-2"} <= set(alerts)
 
 
 def test_feedback_reached_the_warehouse_and_every_row_is_accounted_for(loop):
@@ -66,7 +68,7 @@ def evaluate_challenger(loop) -> tuple[bool, dict]:
     """Run candidate_evaluation and champion on whatever is @challenger; (promoted?, the evaluation report)."""
     with instance_for_test() as instance:
         result = materialize([candidate_evaluation, champion], instance=instance,
-                             resources={k: loop[k] for k in ("storage", "eval_store", "registry")})
+                             resources={k: loop[k] for k in ("storage", "eval_store", "registry", "notifier")})
     assert result.success
     promoted = any(e.asset_key.to_user_string() == "champion" for e in result.get_asset_materialization_events())
     version = loop["registry"].version("challenger").version

@@ -6,13 +6,14 @@ from datetime import UTC, datetime
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from .. import layout
+from ..resources.notifier import Notifier
 from ..resources.registry import CHALLENGER, CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from .evaluation import candidate_evaluation
 
 
 @asset(deps=[candidate_evaluation], group_name="promotion", kinds={"mlflow"}, output_required=False)
-def champion(context: AssetExecutionContext, storage: ObjectStore, registry: ModelRegistry):
+def champion(context: AssetExecutionContext, storage: ObjectStore, registry: ModelRegistry, notifier: Notifier):
     """Materializes only when the champion changes; a rejected challenger leaves everything as it was."""
     challenger = registry.version(CHALLENGER)
     if challenger is None:
@@ -34,6 +35,9 @@ def champion(context: AssetExecutionContext, storage: ObjectStore, registry: Mod
         "promoted_in_dagster_run": context.run.run_id,
     })
     context.log.info(f"champion v{previous} -> v{challenger.version}: {decision['reason']}")
+    before = f"v{previous}" if previous else "none"
+    notifier.notify("promotion", f"champion {before} -> v{challenger.version}. {decision['reason']}",
+                    key=f"promotion-{challenger.version}", run_id=context.run.run_id)
     yield MaterializeResult(metadata={
         "champion_version": challenger.version, "previous_champion": previous or "none",
         "anchor_mean": round(report["scores"]["challenger_anchor_mean"], 4), "reason": decision["reason"],

@@ -8,7 +8,7 @@ alias `challenger`, tagged so that any model leads back to its dataset, feedback
 import subprocess
 from pathlib import Path
 
-from dagster import AssetExecutionContext, MaterializeResult, asset
+from dagster import AssetExecutionContext, Config, MaterializeResult, asset
 
 from .. import layout
 from ..resources.registry import ModelRegistry
@@ -17,8 +17,17 @@ from ..settings import Settings
 from .dataset import training_dataset
 
 
+class CandidateConfig(Config):
+    """Set by regression_sensor: weight the regressed slices up and train longer."""
+
+    focus: list[str] = []  # slices like "add/5"
+    focus_weight: float = 4.0
+    steps_multiplier: float = 1.0
+
+
 @asset(deps=[training_dataset], group_name="training", kinds={"pytorch", "mlflow"})
-def candidate_model(context: AssetExecutionContext, storage: ObjectStore, registry: ModelRegistry) -> MaterializeResult:
+def candidate_model(context: AssetExecutionContext, config: CandidateConfig, storage: ObjectStore,
+                    registry: ModelRegistry) -> MaterializeResult:
     import torch
 
     from ..ml.train import fit
@@ -31,9 +40,12 @@ def candidate_model(context: AssetExecutionContext, storage: ObjectStore, regist
     data = storage.read_parquet(f"{layout.DATASETS}/{version}/train.parquet")
     tokens, mask = recipe.encode(data["prompt"].to_list(), data["target"].to_list())
     weights = torch.tensor(data["weight"].to_numpy())
+    if config.focus:
+        in_focus = torch.tensor([f"{s}/{t}" in config.focus for s, t in zip(data["skill"], data["tier"], strict=True)])
+        weights = torch.where(in_focus, weights * config.focus_weight, weights)
 
     champion = registry.version("champion")
-    steps = settings.train_steps if champion else settings.bootstrap_steps
+    steps = int((settings.train_steps if champion else settings.bootstrap_steps) * config.steps_multiplier)
     max_seconds = settings.train_max_seconds if champion else settings.bootstrap_max_seconds
     seed = settings.seed + int(champion.version) if champion else settings.seed
     torch.manual_seed(seed)  # the same dataset and seed give the same candidate
@@ -54,6 +66,7 @@ def candidate_model(context: AssetExecutionContext, storage: ObjectStore, regist
         client = registry.client()
         params = {"steps": steps, "batch_size": settings.batch_size, "learning_rate": settings.learning_rate,
                   "max_seconds": max_seconds, "seed": seed, "rows": len(data),
+                  "focus": ",".join(config.focus) or "none",
                   "parameters": sum(p.numel() for p in module.parameters()), "accelerator": settings.accelerator}
         for key, value in params.items():
             client.log_param(run_id, key, value)

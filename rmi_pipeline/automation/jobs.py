@@ -1,8 +1,8 @@
-"""The two jobs of the loop: ingest one feedback batch, and run one improvement cycle."""
+"""The jobs of the loop: ingest one feedback batch, run one improvement cycle, check the champion's health."""
 
 from dagster import AssetSelection, define_asset_job
 
-from ..assets import CYCLE, FEEDBACK
+from ..assets import CYCLE, FEEDBACK, champion_health
 from ..partitions import feedback_batches
 
 ingest_feedback = define_asset_job(
@@ -16,4 +16,10 @@ improvement_cycle = define_asset_job(
     "improvement_cycle",
     selection=AssetSelection.assets(*CYCLE),
     description="Dataset from all feedback -> candidate -> evaluation against the champion -> promotion.",
+)
+
+health_check = define_asset_job(
+    "health_check",
+    selection=AssetSelection.assets(champion_health),
+    description="The champion on the current eval suite and its live thumbs-down rates, against its baseline.",
 )

@@ -1,13 +1,18 @@
-"""new_feedback_sensor: every batch file that lands in feedback/incoming/ becomes a partition and an ingest run."""
+"""The sensors that turn the loop by itself.
 
+new_feedback_sensor: every batch file that lands in feedback/incoming/ becomes a partition and an ingest run.
+enough_feedback_sensor: enough newly ingested feedback starts an improvement cycle.
+regression_sensor: a regressed champion_health starts a targeted cycle, within a retry budget.
+"""
 
 from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
 from .. import layout
 from ..partitions import feedback_batches
+from ..resources.notifier import Notifier
 from ..resources.storage import ObjectStore
 from ..schema import SUFFIXES, is_batch_file
-from .jobs import ingest_feedback
+from .jobs import improvement_cycle, ingest_feedback
 
 
 def can_be_partition(name: str) -> bool:
@@ -32,4 +37,76 @@ def new_feedback_sensor(context: SensorEvaluationContext, storage: ObjectStore):
     return SensorResult(
         run_requests=[RunRequest(partition_key=n, run_key=n, tags={"rmi/trigger": "new_feedback"}) for n in new],
         dynamic_partitions_requests=[feedback_batches.build_add_request(new)],
+    )
+
+
+@sensor(job=improvement_cycle, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
+def enough_feedback_sensor(context: SensorEvaluationContext):
+    """Starts an improvement cycle once RMI_CYCLE_MIN_NEW_EVENTS events have been ingested since the last dataset.
+
+    It reads Dagster's event log: the `ingested` counts of feedback_events materializations newer than the latest
+    training_dataset materialization (which took every event before it). No cursor to lose, and it never opens
+    the warehouse, which a running ingest may hold. It waits while a cycle is already queued or running."""
+    from dagster import AssetKey, AssetRecordsFilter, DagsterRunStatus, RunsFilter
+
+    from ..settings import Settings
+
+    instance = context.instance
+    last = instance.fetch_materializations(AssetKey("training_dataset"), limit=1).records
+    after = last[0].storage_id if last else None
+    records = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey("feedback_events"), after_storage_id=after), limit=10000).records
+    pending = sum(int(r.asset_materialization.metadata["ingested"].value) for r in records
+                  if "ingested" in r.asset_materialization.metadata)
+    threshold = Settings().cycle_min_new_events
+    if pending < threshold:
+        return SkipReason(f"{pending} new feedback events since the last dataset (a cycle starts at {threshold})")
+    active = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
+              DagsterRunStatus.STARTED]
+    if instance.get_runs(RunsFilter(job_name=improvement_cycle.name, statuses=active), limit=1):
+        return SkipReason(f"{pending} new feedback events wait for the running cycle")
+    newest = max(r.storage_id for r in records)
+    return RunRequest(run_key=f"feedback-{after}-{newest}",  # one cycle per state of the event log
+                      tags={"rmi/trigger": "new_feedback", "rmi/new_events": str(pending)})
+
+
+@sensor(job=improvement_cycle, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
+def regression_sensor(context: SensorEvaluationContext, notifier: Notifier):
+    """A regressed champion_health starts a cycle aimed at the regressed slices (weighted, trained longer).
+
+    Each champion gets RMI_REGRESSION_BUDGET such cycles, spaced by a doubling backoff; a challenger that fails
+    the gate uses one up like any other. When they are spent, a person is alerted once instead of looping."""
+    import time
+
+    from dagster import AssetKey, DagsterRunStatus, RunsFilter
+
+    from ..settings import Settings
+
+    settings = Settings()
+    instance = context.instance
+    latest = instance.fetch_materializations(AssetKey("champion_health"), limit=1).records
+    meta = latest[0].asset_materialization.metadata if latest else {}
+    if "regressed" not in meta or not meta["regressed"].value:
+        return SkipReason("the champion is healthy")
+    version, slices = meta["champion_version"].value, meta["regressed_slices"].value
+    tags = {"rmi/trigger": "regression", "rmi/champion": version}
+    attempts = instance.get_runs(RunsFilter(job_name=improvement_cycle.name, tags=tags))
+    if len(attempts) >= settings.regression_budget:
+        notifier.notify("budget", f"champion v{version} regressed on {slices}; {len(attempts)} targeted cycles did "
+                        "not fix it. A person must look: data, recipe or eval.", key=f"budget-v{version}",
+                        run_id=attempts[0].run_id)
+        return SkipReason(f"regression budget spent for champion v{version} ({len(attempts)} attempts)")
+    if any(r.status not in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
+           for r in instance.get_runs(RunsFilter(job_name=improvement_cycle.name), limit=5)):
+        return SkipReason("a cycle is already running")
+    if attempts:
+        last = instance.get_run_record_by_id(attempts[0].run_id)
+        wait = settings.regression_backoff_seconds * 2 ** (len(attempts) - 1)
+        if last.end_time and time.time() < last.end_time + wait:
+            return SkipReason(f"backing off {wait:.0f} s after attempt {len(attempts)}")
+    focus = [s.strip() for s in slices.split(",") if s.strip() and s.strip() != "none"]
+    return RunRequest(
+        run_key=f"regression-{latest[0].storage_id}",
+        run_config={"ops": {"candidate_model": {"config": {"focus": focus, "steps_multiplier": 2.0}}}},
+        tags={**tags, "rmi/focus": slices[:200], "rmi/attempt": str(len(attempts) + 1)},
     )

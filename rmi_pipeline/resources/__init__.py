@@ -1,8 +1,11 @@
-"""Dagster resources: the loop's handles on storage, the warehouse and the model registry."""
+"""Dagster resources: the loop's handles on storage, the warehouse, the model registry and alerts."""
 
 from __future__ import annotations
 
+from dagster import EnvVar
+
 from ..settings import Settings
+from .notifier import Notifier
 from .registry import ModelRegistry
 from .storage import ObjectStore
 from .warehouse import Warehouse
@@ -15,6 +18,10 @@ def build_resources(settings: Settings) -> dict:
         # sealed: only evaluation assets take it
         "eval_store": ObjectStore(url=settings.resolved_eval_url, endpoint_url=settings.s3_endpoint_url),
         "warehouse": Warehouse(path=str(settings.resolved_warehouse_path)),
+        # the webhook is a secret: Dagster shows it as an environment variable, never its value
+        "notifier": Notifier(webhook_url=EnvVar("RMI_ALERT_WEBHOOK_URL") if settings.alert_webhook_url else None,
+                             ui_url=settings.ui_url,
+                             state_path=str(settings.resolved_home / "alerts_sent.json")),
         "registry": ModelRegistry(
             tracking_uri=settings.resolved_tracking_uri,
             artifact_root=f"file://{settings.resolved_home / 'mlartifacts'}",

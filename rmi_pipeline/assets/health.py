@@ -1,0 +1,75 @@
+"""champion_health: is the model in production still as good as when it was promoted?
+
+Two signals per slice: the champion's exact match on the current eval suite (anchor and this cycle's refreshed
+set pooled, and the mined hard cases), and the live thumbs-down rate of its latest rated answers in the warehouse.
+The first check of a champion records its baseline; later checks flag a slice whose score falls, or whose
+thumbs-down rate rises, past RMI_HEALTH_TOLERANCE. regression_sensor acts on the verdict.
+"""
+
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+
+from .. import layout
+from ..resources.registry import CHAMPION, ModelRegistry
+from ..resources.storage import ObjectStore
+from ..resources.warehouse import Warehouse
+from ..settings import Settings
+from .evals import eval_suite, load_anchor, read_set
+
+MIN_RATED = 30  # fewer rated answers on a slice say nothing about its rate
+
+
+@asset(deps=[eval_suite], group_name="health", kinds={"pytorch", "duckdb"})
+def champion_health(context: AssetExecutionContext, storage: ObjectStore, eval_store: ObjectStore,
+                    registry: ModelRegistry, warehouse: Warehouse) -> MaterializeResult:
+    from ..recipes.base import Task, load_recipe
+
+    settings = Settings()
+    champion = registry.version(CHAMPION)
+    if champion is None:
+        return MaterializeResult(metadata={"regressed": False, "status": "no champion yet"})
+    recipe = load_recipe(settings.recipe)
+    manifest = storage.read_json(layout.EVAL_MANIFEST)
+    items = (load_anchor(eval_store)["items"]
+             + read_set(eval_store, f"{layout.REFRESHED}/{manifest['refreshed_version']}.json")["items"])
+    mined = read_set(eval_store, f"{layout.MINED}/{manifest['mined_version']}.json")["items"]
+    tasks = [Task(i["prompt"], i["answer"], i["skill"], int(i["tier"])) for i in items + mined]
+    right = recipe.correct(registry.load(champion.version, recipe), tasks)
+    hits: dict[str, list[bool]] = {}
+    for n, (task, ok) in enumerate(zip(tasks, right, strict=True)):
+        hits.setdefault(f"{task.skill}/{task.tier}" if n < len(items) else f"mined/{task.skill}", []).append(ok)
+    scores = {name: sum(h) / len(h) for name, h in sorted(hits.items())}
+
+    live = warehouse.query(
+        "SELECT skill || '/' || tier AS slice, count(*) AS rated, avg(CASE WHEN rating = 'down' THEN 1.0 ELSE 0.0 END)"
+        " AS down FROM (SELECT * FROM feedback_events WHERE model_version = ? AND rating IS NOT NULL"
+        " AND tier IS NOT NULL ORDER BY ts DESC LIMIT ?) GROUP BY ALL ORDER BY slice",
+        [str(champion.version), settings.health_window_events])
+    down = {r["slice"]: r["down"] for r in live.to_dicts() if r["rated"] >= MIN_RATED}
+
+    key = f"health/baseline-v{champion.version}.json"
+    if not storage.exists(key):  # the champion's first check is its baseline
+        storage.write_json(key, {"scores": scores, "down": down})
+    baseline = storage.read_json(key)
+    if not baseline["down"] and down:  # no live feedback at the first check: the first that has it
+        baseline["down"] = down
+        storage.write_json(key, baseline)
+    tol = settings.health_tolerance
+    regressed = sorted({s for s, v in scores.items() if s in baseline["scores"] and v < baseline["scores"][s] - tol}
+                       | {s for s, v in down.items() if s in baseline["down"] and v > baseline["down"][s] + tol})
+    lines = ["| slice | eval | baseline | thumbs-down | baseline |", "|---|---|---|---|---|"]
+    for name in sorted(set(scores) | set(down)):
+        cells = [scores.get(name), baseline["scores"].get(name), down.get(name), baseline["down"].get(name)]
+        lines.append(f"| {name}{' (regressed)' if name in regressed else ''} | "
+                     + " | ".join("-" if c is None else f"{c:.2f}" for c in cells) + " |")
+    if regressed:
+        context.log.warning(f"champion v{champion.version} regressed on {', '.join(regressed)}")
+    return MaterializeResult(metadata={
+        "regressed": bool(regressed),
+        "regressed_slices": ", ".join(regressed) or "none",
+        "champion_version": str(champion.version),
+        "eval_mean": sum(scores.values()) / len(scores),
+        **({"live_thumbs_down": sum(down.values()) / len(down)} if down else {}),
+        **{f"eval {k}": round(v, 4) for k, v in scores.items()},
+        **{f"thumbs_down {k}": round(v, 4) for k, v in down.items()},
+        "slices": MetadataValue.md("\n".join(lines)),
+    })

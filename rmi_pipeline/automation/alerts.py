@@ -1,0 +1,14 @@
+"""Alerts when a person must act: any failed run of the loop (a failed blocking check fails its run too)."""
+
+from dagster import DefaultSensorStatus, RunFailureSensorContext, run_failure_sensor
+
+from ..resources.notifier import Notifier
+
+
+@run_failure_sensor(default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30)
+def run_failure_alert(context: RunFailureSensorContext, notifier: Notifier):
+    run = context.dagster_run
+    steps = [e.event_specific_data.error.message.strip().splitlines()[0]
+             for e in context.get_step_failure_events() if e.event_specific_data and e.event_specific_data.error]
+    why = "; ".join(steps) or context.failure_event.message or "no message"
+    notifier.notify("failure", f"{run.job_name} failed: {why[:500]}", key=f"failure-{run.run_id}", run_id=run.run_id)

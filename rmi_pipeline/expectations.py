@@ -1,0 +1,245 @@
+"""Feedback schema v1 as a Great Expectations suite, and how it runs on a batch at warehouse speed.
+
+The suite is the one source of truth for what a valid event is: types, required fields, the rating and source
+domains, timestamp sanity, text size limits and a unique event_id. schema.py only turns bytes into rows (it cannot
+check a row that does not exist yet: malformed JSON, invalid UTF-8); every rule about a row's values is here.
+
+GX on pandas costs about 10x a raw DuckDB copy of the same rows, so GX is asked once per process, through its SQL
+datasource on DuckDB, for each expectation's failing-row query (`return_unexpected_index_query`). Each batch then
+runs those queries in one DuckDB statement: the rows GX would flag, with counts identical to GX's own
+(tests/test_expectations.py checks that against a full GX validation).
+
+    python -m rmi_pipeline.expectations    prints the suite and the SQL each expectation compiles to
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+
+SCHEMA_VERSION = 1
+MAX_CLOCK_SKEW = timedelta(days=1)
+EARLIEST_TS = datetime(2000, 1, 1, tzinfo=UTC)  # older clocks are unset or wrong, not feedback
+RFC3339 = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})?$"
+HAS_ZONE = r"(Z|[+-]\d{2}:\d{2})$"
+TEXT_FIELDS = ("event_id", "user_id", "model_version", "prompt", "completion", "rating", "correction", "comment",
+               "source", "skill")
+REQUIRED_TEXT = ("event_id", "user_id", "model_version", "prompt", "completion")
+TYPED = ("rating", "correction", "comment", "skill", "meta")  # optional: null is fine, another JSON type is not
+# The rows the suite validates, as schema.py builds them (staging columns and their DuckDB types)
+STAGING = {"row": "BIGINT", "schema_version": "BIGINT", "ts_text": "VARCHAR", "ts_value": "TIMESTAMPTZ",
+           **{name: "VARCHAR" for name in TEXT_FIELDS}, "meta": "VARCHAR",
+           **{f"{name}_type": "VARCHAR" for name in TYPED}}
+DUPLICATE = "duplicate"  # the action of the uniqueness expectation: the first row is kept, not quarantined
+
+
+def suite_rules(max_text_chars: int, now: datetime) -> list[tuple[object, str, str]]:
+    """(expectation, reason a failing row is quarantined with, action) for schema v1, in reporting order."""
+    import great_expectations.expectations as gxe
+
+    q = "quarantine"
+    rules = [
+        (gxe.ExpectColumnValuesToNotBeNull(column="schema_version"), "schema_version must be a positive integer", q),
+        (gxe.ExpectColumnValuesToBeBetween(column="schema_version", min_value=1),
+         "schema_version must be a positive integer", q),
+        (gxe.ExpectColumnValuesToBeBetween(column="schema_version", max_value=SCHEMA_VERSION),
+         f"schema_version is newer than this pipeline understands ({SCHEMA_VERSION})", q),
+    ]
+    for name in REQUIRED_TEXT:
+        reason = "event_id must be a non-empty string" if name == "event_id" else f"{name} must be a string"
+        rules.append((gxe.ExpectColumnValuesToNotBeNull(column=name), reason, q))
+    rules += [
+        (gxe.ExpectColumnValuesToMatchRegex(column="event_id", regex=r"\S"), "event_id must be a non-empty string", q),
+        (gxe.ExpectColumnValuesToBeInSet(column="rating_type", value_set=["string"]),
+         "rating must be 'up', 'down' or null", q),
+        (gxe.ExpectColumnValuesToBeInSet(column="rating", value_set=["up", "down"]),
+         "rating must be 'up', 'down' or null", q),
+        (gxe.ExpectColumnValuesToNotBeNull(column="source"), "source must be 'user' or 'report'", q),
+        (gxe.ExpectColumnValuesToBeInSet(column="source", value_set=["user", "report"]),
+         "source must be 'user' or 'report'", q),
+    ]
+    for name in ("correction", "comment", "skill"):
+        rules.append((gxe.ExpectColumnValuesToBeInSet(column=f"{name}_type", value_set=["string"]),
+                      f"{name} must be a string or null", q))
+    rules += [
+        (gxe.ExpectColumnValuesToBeInSet(column="meta_type", value_set=["object"]), "meta must be an object or null", q),
+        (gxe.ExpectColumnValuesToNotBeNull(column="ts"), "ts must be an RFC 3339 string", q),
+        (gxe.ExpectColumnValuesToMatchRegex(column="ts_text", regex=RFC3339), "ts is not RFC 3339", q),
+        (gxe.ExpectColumnValuesToMatchRegex(column="ts_text", regex=HAS_ZONE), "ts has no time zone", q),
+        (gxe.ExpectColumnValuesToBeBetween(column="ts", min_value=EARLIEST_TS),
+         f"ts is out of range (before {EARLIEST_TS:%Y-%m-%d})", q),
+        (gxe.ExpectColumnValuesToBeBetween(column="ts", max_value=now + MAX_CLOCK_SKEW), "ts is in the future", q),
+    ]
+    for name in (*TEXT_FIELDS, "meta"):  # oversized text is quarantined, never truncated
+        rules.append((gxe.ExpectColumnValueLengthsToBeBetween(column=name, max_value=max_text_chars),
+                      f"{name} too long (over {max_text_chars} chars)", q))
+    rules.append((gxe.ExpectColumnValuesToBeUnique(column="event_id"), "event_id repeated in the batch", DUPLICATE))
+    return rules
+
+
+def feedback_suite(max_text_chars: int, now: datetime | None = None):
+    """The expectation suite itself, for GX's own tools (data docs, a checkpoint)."""
+    import great_expectations as gx
+
+    return gx.ExpectationSuite(name=f"feedback_v{SCHEMA_VERSION}",
+                               expectations=[e for e, _, _ in suite_rules(max_text_chars, now or datetime.now(UTC))])
+
+
+@dataclass(frozen=True)
+class Rule:
+    expectation: str  # "expect_column_values_to_be_in_set(rating)"
+    reason: str
+    action: str
+    sql: str  # the rows GX would flag: SELECT row, ... FROM staging WHERE ...
+
+
+@dataclass
+class Checked:
+    """A batch after the suite: its valid events, quarantined rows and the count of every failed expectation."""
+
+    events: object  # a polars frame, warehouse columns, input order
+    quarantined: list[dict] = field(default_factory=list)  # {"row": n, "reason": ...}
+    duplicates: int = 0
+    failed: dict[str, int] = field(default_factory=dict)  # expectation -> rows that fail it
+    evaluated: int = 0  # expectations run on the batch
+
+
+def check(rows, batch_id: str, max_text_chars: int) -> Checked:
+    """Run the suite on staging rows (an Arrow table with STAGING columns) in one DuckDB pass."""
+    import duckdb
+
+    rules = compiled_rules(max_text_chars, _hour())
+    conn = duckdb.connect()
+    try:
+        conn.execute("SET TimeZone = 'UTC'")
+        conn.register("incoming_rows", rows)
+        conn.execute("CREATE TEMP TABLE staging AS SELECT *, "
+                     "coalesce(ts_value, TRY_CAST(ts_text AS TIMESTAMPTZ)) AS ts FROM incoming_rows")
+        union = " UNION ALL ".join(f"SELECT {i} AS rule, row FROM ({r.sql.rstrip().rstrip(';')}) AS rule_{i}"
+                                   for i, r in enumerate(rules))
+        conn.execute(f"CREATE TEMP TABLE failing AS {union}")
+        dup = [i for i, r in enumerate(rules) if r.action == DUPLICATE]
+        counts = dict(conn.execute("SELECT rule, count(*) FROM failing GROUP BY rule").fetchall())
+        bad = conn.execute(f"SELECT row, list(rule ORDER BY rule) FROM failing WHERE rule NOT IN ({_ids(dup)}) "
+                           "GROUP BY row ORDER BY row").fetchall()
+        conn.execute(f"CREATE TEMP TABLE bad AS SELECT DISTINCT row FROM failing WHERE rule NOT IN ({_ids(dup)})")
+        # a repeated event_id: the first valid row is the event, later valid ones are duplicates
+        conn.execute(f"""CREATE TEMP TABLE repeated AS SELECT row FROM (
+            SELECT s.row, row_number() OVER (PARTITION BY s.event_id ORDER BY s.row) AS n FROM staging s
+            SEMI JOIN (SELECT row FROM failing WHERE rule IN ({_ids(dup)})) USING (row) ANTI JOIN bad USING (row)
+        ) WHERE n > 1""")
+        duplicates = conn.execute("SELECT count(*) FROM repeated").fetchone()[0]
+        events = conn.sql(f"""SELECT event_id, schema_version, ts, user_id, model_version, prompt, completion, rating,
+                correction, comment, source, skill, meta, $batch_id::VARCHAR AS batch_id, NULL::BIGINT AS tier
+            FROM staging ANTI JOIN bad USING (row) ANTI JOIN repeated USING (row) ORDER BY row""",
+                          params={"batch_id": batch_id}).pl()
+    finally:
+        conn.close()
+    quarantined = [{"row": row, "reason": "; ".join(dict.fromkeys(rules[i].reason for i in ids))} for row, ids in bad]
+    return Checked(events=events, quarantined=quarantined, duplicates=duplicates, evaluated=len(rules),
+                   failed={rules[i].expectation: n for i, n in sorted(counts.items())})
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(map(str, ids)) or "-1"
+
+
+def _hour() -> int:
+    """The suite's 'not in the future' bound moves with the clock: compiled rules are reused for an hour."""
+    return int(time.time() // 3600)
+
+
+@lru_cache(maxsize=4)
+def compiled_rules(max_text_chars: int, hour: int) -> list[Rule]:
+    """Each expectation's failing-row SQL, as GX writes it for DuckDB (GX import and set-up: once per process)."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    import great_expectations as gx
+    import sqlalchemy as sa
+
+    register_dialect()
+    now = datetime.fromtimestamp(hour * 3600, UTC) + timedelta(hours=1)
+    rules = suite_rules(max_text_chars, now)
+    url = f"duckdb+rmi:///:memory:rmi_rules_{uuid.uuid4().hex}"  # GX opens several connections: a named database
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            columns = ", ".join(f"{name} {kind}" for name, kind in {**STAGING, "ts": "TIMESTAMPTZ"}.items())
+            conn.exec_driver_sql(f"CREATE TABLE staging ({columns})")
+        context = gx.get_context(mode="ephemeral")
+        context.variables.progress_bars = {"globally": False, "metric_calculations": False}
+        batch = (context.data_sources.add_sql("feedback", connection_string=url)
+                 .add_table_asset("staging", table_name="staging").add_batch_definition_whole_table("batch")
+                 .get_batch())
+        suite = gx.ExpectationSuite(name=f"feedback_v{SCHEMA_VERSION}", expectations=[e for e, _, _ in rules])
+        result = batch.validate(suite, result_format={"result_format": "BOOLEAN_ONLY", "return_unexpected_index_query":
+                                                      True, "unexpected_index_column_names": ["row"]})
+    finally:
+        engine.dispose()
+    out = []
+    for (expectation, reason, action), r in zip(rules, result.results, strict=True):
+        sql = r.result.get("unexpected_index_query")
+        if not sql:
+            raise RuntimeError(f"GX could not compile {expectation.expectation_type}: {r.exception_info}")
+        out.append(Rule(f"{expectation.expectation_type}({expectation.column})", reason, action, sql))
+    return out
+
+
+def register_dialect() -> None:
+    """`duckdb+rmi://`: duckdb-engine with two fixes GX needs (see DuckDBForGX)."""
+    from sqlalchemy.dialects import registry
+
+    registry.register("duckdb.rmi", __name__, "DuckDBForGX")
+
+
+def __getattr__(name: str):
+    # the dialect class subclasses duckdb-engine's: built on first use so that importing this module stays light
+    if name == "DuckDBForGX":
+        return _dialect_class()
+    raise AttributeError(name)
+
+
+@lru_cache(maxsize=1)
+def _dialect_class():
+    from duckdb_engine import Dialect
+    from sqlalchemy.dialects import postgresql
+    from sqlalchemy.engine import cursor
+
+    class BufferedResults(Dialect.execution_ctx_cls):
+        """GX fetches a result after its connection went back to the pool, whose rollback empties a DuckDB
+        cursor: every expectation failed with 'list index out of range' (great_expectations issue #11579)."""
+
+        def post_exec(self):
+            super().post_exec()
+            if self.cursor.description is not None:
+                self.cursor_fetch_strategy = cursor.FullyBufferedCursorFetchStrategy(self.cursor,
+                                                                                     self.cursor.description)
+
+    class RegexAsDuckDB(Dialect.statement_compiler):
+        """GX writes Postgres regex operators (`~`, `!~`); DuckDB's are functions."""
+
+        def visit_custom_op_binary(self, element, operator, **kw):
+            if operator.opstring in ("~", "!~"):
+                match = f"regexp_matches({self.process(element.left, **kw)}, {self.process(element.right, **kw)})"
+                return match if operator.opstring == "~" else f"NOT {match}"
+            return super().visit_custom_op_binary(element, operator, **kw)
+
+    class DuckDBForGX(Dialect):
+        execution_ctx_cls = BufferedResults
+        statement_compiler = RegexAsDuckDB
+        supports_statement_cache = False
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            # GX picks a regex operator by asking whether `dialect.dialect` is Postgres (duckdb-engine's base)
+            self.dialect = postgresql.dialect
+
+    return DuckDBForGX
+
+
+if __name__ == "__main__":
+    for rule in compiled_rules(4096, _hour()):
+        print(f"{rule.expectation}  [{rule.action}: {rule.reason}]\n    {' '.join(rule.sql.split())}\n")

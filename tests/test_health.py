@@ -1,0 +1,89 @@
+"""champion_health flags a slice whose live thumbs-down rate rises, and regression_sensor acts within a budget."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import torch
+from dagster import DagsterRun, DagsterRunStatus, build_sensor_context, instance_for_test, materialize
+from feedback_intake import Intake, event
+
+from rmi_pipeline.assets import champion_health, eval_suite
+from rmi_pipeline.automation.sensors import regression_sensor
+from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
+from rmi_pipeline.resources import build_resources
+from rmi_pipeline.resources.notifier import Notifier
+from rmi_pipeline.world.curators import curate_eval_suite
+
+
+def serve_hook(bodies: list) -> HTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_rising_thumbs_down_rate_regresses_and_starts_targeted_cycles_until_the_budget(rmi_env, monkeypatch):
+    monkeypatch.setenv("RMI_REGRESSION_BUDGET", "2")
+    monkeypatch.setenv("RMI_REGRESSION_BACKOFF_SECONDS", "0")
+    resources = build_resources(rmi_env)
+    registry = resources["registry"]
+    curate_eval_suite(resources["eval_store"], ArithmeticRecipe(), 20, seed=0)
+    torch.manual_seed(0)
+    with registry.run("serving", tags={}) as run_id:
+        version = registry.register(run_id, ArithmeticRecipe().build_model(0.0, 1), tags={}).version
+    registry.promote(version, {"promoted_by": "test"})
+    bodies: list = []
+    server = serve_hook(bodies)
+    notifier = Notifier(webhook_url=f"http://127.0.0.1:{server.server_port}/", state_path=str(rmi_env.resolved_home
+                                                                                            / "sent.json"))
+    with instance_for_test() as instance:
+        intake = Intake(resources, instance)
+
+        def land(name: str, rating: str, first: int):
+            lines = [event(first + i, prompt=f"{100 + i}+{200 + i}=", model_version=str(version), rating=rating)
+                     for i in range(40)]
+            intake.land(name, "\n".join(lines).encode())
+            intake.tick()
+            assert intake.ingest(name)[0].success
+
+        def health() -> dict:
+            result = materialize([eval_suite, champion_health], instance=instance, resources=resources,
+                                 selection=[champion_health])
+            return {k: v.value for k, v in result.asset_materializations_for_node("champion_health")[0]
+                    .metadata.items()}
+
+        def tick():
+            return regression_sensor(build_sensor_context(instance=instance, resources={"notifier": notifier}))
+
+        assert materialize([eval_suite], instance=instance, resources=resources).success
+        land("calm.jsonl", "up", 0)
+        first = health()
+        assert first["regressed"] is False and first["thumbs_down add/3"] == 0.0
+        assert "healthy" in tick().skip_message
+
+        land("angry.jsonl", "down", 1000)
+        second = health()
+        assert second["regressed"] is True and second["regressed_slices"] == "add/3"
+        assert second["thumbs_down add/3"] == 0.5
+
+        request = tick()
+        assert request.run_config == {"ops": {"candidate_model": {"config": {"focus": ["add/3"],
+                                                                             "steps_multiplier": 2.0}}}}
+        assert request.tags["rmi/trigger"] == "regression" and request.tags["rmi/attempt"] == "1"
+        for attempt in range(2):  # two targeted cycles ran (and their challengers failed the gate)
+            instance.add_run(DagsterRun(job_name="improvement_cycle", status=DagsterRunStatus.SUCCESS,
+                                        tags={**{k: request.tags[k] for k in ("rmi/trigger", "rmi/champion")},
+                                              "rmi/attempt": str(attempt + 1)}))
+        for _ in range(3):
+            assert "budget spent" in tick().skip_message
+    server.shutdown()
+    assert len(bodies) == 1 and bodies[0]["text"].startswith("[rmi budget] champion v1 regressed on add/3")
