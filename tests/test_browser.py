@@ -1,0 +1,45 @@
+"""The Dagster UI in a real browser (Debian's headless Chromium, driven by playwright): the loop's stages are there.
+
+Set RMI_UPDATE_SCREENSHOT=1 to refresh docs/lineage.png, the picture the README shows.
+"""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from dagster_dev import ROOT, dagster_dev
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+STAGES = ["feedback_batch", "feedback_events", "eval_suite", "training_dataset", "candidate_model",
+          "candidate_evaluation", "champion", "champion_health"]
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (`make test` installs it as root)")
+def test_the_asset_graph_shows_every_stage_of_the_loop(loop_home, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    with dagster_dev(loop_home["home"], tmp_path / "ui.log") as ui, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run", "--disable-quic"])
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        base = f"http://127.0.0.1:{ui.port}"
+        page.goto(f"{base}/assets")
+        page.get_by_text("champion_health").first.wait_for(timeout=30000)
+        skip = page.get_by_role("button", name="Skip")  # a fresh profile is asked to join the community first
+        if skip.count():
+            skip.first.click()
+        catalog = page.content()
+        page.goto(f"{base}/assets/champion?view=lineage&lineageScope=upstream&lineageDepth=10")
+        page.get_by_text("training_dataset").first.wait_for(timeout=30000)
+        page.wait_for_timeout(1500)
+        shot = tmp_path / "lineage.png"
+        page.screenshot(path=str(shot))
+        lineage = page.content()
+        browser.close()
+    assert all(stage in catalog for stage in STAGES)
+    assert all(stage in lineage for stage in ["feedback_batch", "training_dataset", "candidate_model", "champion"])
+    assert shot.stat().st_size > 20_000
+    if os.environ.get("RMI_UPDATE_SCREENSHOT"):
+        shutil.copyfile(shot, ROOT / "docs" / "lineage.png")
