@@ -41,6 +41,11 @@ class Settings(BaseSettings):
     learning_rate: float = Field(default=3e-3, description="Peak AdamW rate (warmup, then cosine to a tenth).")
     new_feedback_share: float = Field(default=0.5, description="Share of each batch drawn from new feedback.")
     accelerator: str = Field(default="auto", description="Lightning accelerator: auto, cpu, gpu.")
+    devices: str = Field(default="1", description="Lightning devices: a count, a list like '0,1', or 'auto'.")
+    strategy: str = Field(default="auto", description="Lightning strategy: auto, ddp, fsdp, ...")
+    precision: str = Field(default="auto", description="auto: bf16-mixed on a GPU, 32-true on a CPU.")
+    num_nodes: int = Field(default=1, description="Machines in a distributed training.")
+    model_size: str = Field(default="tiny", description="Size of a first model: tiny (0.1M, CPU) or gpu (85M).")
 
     # evals and the promotion gate
     eval_url: str | None = Field(default=None, description="Sealed eval store (may be another bucket); default "
@@ -82,6 +87,18 @@ class Settings(BaseSettings):
     # S3 storage (credentials: the standard AWS_* variables, never RMI_*)
     s3_endpoint_url: str | None = Field(
         default=None, description="S3-compatible endpoint for an s3:// RMI_STORAGE_URL (MinIO, a local S3).")
+
+    def trainer_options(self) -> dict:
+        """Lightning Trainer arguments for where training runs."""
+        precision = self.precision
+        if precision == "auto":
+            import torch
+
+            gpu = self.accelerator in ("gpu", "cuda") or (self.accelerator == "auto" and torch.cuda.is_available())
+            precision = "bf16-mixed" if gpu else "32-true"
+        devices = int(self.devices) if self.devices.isdigit() else self.devices
+        return {"accelerator": self.accelerator, "devices": devices, "strategy": self.strategy,
+                "precision": precision, "num_nodes": self.num_nodes}
 
     @property
     def resolved_home(self) -> Path:

@@ -49,9 +49,12 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, sto
     max_seconds = settings.train_max_seconds if champion else settings.bootstrap_max_seconds
     seed = settings.seed + int(champion.version) if champion else settings.seed
     torch.manual_seed(seed)  # the same dataset and seed give the same candidate
-    module = recipe.build_model(learning_rate=settings.learning_rate, max_steps=steps)
-    if champion:
-        module.load_state_dict(registry.load_weights(champion.version)[1])
+    if champion:  # warm start: the champion's architecture and weights, a fresh optimizer
+        checkpoint = registry.load_weights(champion.version)[1]
+        module = recipe.build_model(settings.learning_rate, steps, config=checkpoint["config"])
+        module.load_state_dict(checkpoint["state_dict"])
+    else:
+        module = recipe.build_model(settings.learning_rate, steps, size=settings.model_size)
     run_id_dagster = context.run.run_id
     lineage = {
         "dataset_version": version,
@@ -67,7 +70,7 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, sto
         params = {"steps": steps, "batch_size": settings.batch_size, "learning_rate": settings.learning_rate,
                   "max_seconds": max_seconds, "seed": seed, "rows": len(data),
                   "focus": ",".join(config.focus) or "none",
-                  "parameters": sum(p.numel() for p in module.parameters()), "accelerator": settings.accelerator}
+                  "parameters": sum(p.numel() for p in module.parameters()), **settings.trainer_options()}
         for key, value in params.items():
             client.log_param(run_id, key, value)
 
@@ -76,7 +79,7 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, sto
             context.log.info(f"training step {step}/{total} loss {loss:.4f}")
 
         result = fit(module, tokens, mask, weights, max_steps=steps, max_seconds=max_seconds,
-                     batch_size=settings.batch_size, seed=seed, accelerator=settings.accelerator, report=report)
+                     batch_size=settings.batch_size, seed=seed, trainer=settings.trainer_options(), report=report)
         metrics = {"final_loss": result.final_loss, "steps_done": result.steps, "train_seconds": result.seconds,
                    "steps_per_second": result.steps / max(result.seconds, 1e-9)}
         for key, value in metrics.items():

@@ -51,7 +51,7 @@ def fit(
     max_seconds: float,
     batch_size: int = 64,
     seed: int = 0,
-    accelerator: str = "auto",
+    trainer: dict | None = None,
     loggers: list | None = None,
     report: Callable[[int, int, float], None] | None = None,
 ) -> FitResult:
@@ -69,8 +69,7 @@ def fit(
     trainer = L.Trainer(
         max_steps=max_steps,
         max_time=timedelta(seconds=max_seconds),
-        accelerator=accelerator,
-        devices=1,
+        **{"accelerator": "auto", "devices": 1, **(trainer or {})},
         logger=loggers or False,
         callbacks=[progress],
         enable_checkpointing=False,

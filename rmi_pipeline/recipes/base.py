@@ -32,8 +32,8 @@ class Recipe(ABC):
     text_recipe: bool = False  # free text: training is also checked for n-gram overlap with the evals
 
     @abstractmethod
-    def build_model(self, learning_rate: float, max_steps: int):
-        """A fresh LightningModule with random weights."""
+    def build_model(self, learning_rate: float, max_steps: int, size: str = "tiny", config: dict | None = None):
+        """A fresh LightningModule with random weights, of a named size (or the exact `config` of a checkpoint)."""
 
     @abstractmethod
     def encode(self, prompts: list[str], completions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -81,7 +81,8 @@ class ModelRegistry(ConfigurableResource):
         return mv
 
     def load_weights(self, reference: str | int) -> tuple[str, dict]:
-        """(version, state_dict) behind 'champion', 'challenger' or a version number."""
+        """(version, checkpoint) behind 'champion', 'challenger' or a version number; the checkpoint holds the
+        model's `config` and its `state_dict`."""
         import mlflow
         import torch
 
@@ -97,13 +98,13 @@ class ModelRegistry(ConfigurableResource):
         with tempfile.TemporaryDirectory() as tmp:
             file = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=tmp))
             checkpoint = torch.load(file, map_location="cpu", weights_only=True)  # never unpickle code
-        return version, checkpoint["state_dict"]
+        return version, checkpoint
 
     def load(self, reference: str | int, recipe):
         """A ready model, the way a serving process loads it: by alias from the registry."""
-        _, state = self.load_weights(reference)
-        module = recipe.build_model(learning_rate=0.0, max_steps=1)
-        module.load_state_dict(state)
+        _, checkpoint = self.load_weights(reference)
+        module = recipe.build_model(learning_rate=0.0, max_steps=1, config=checkpoint["config"])
+        module.load_state_dict(checkpoint["state_dict"])
         return module.eval()
 
     def champion_history(self) -> list[str]:

@@ -18,13 +18,17 @@ class ArithmeticRecipe(Recipe):
     name = "arithmetic"
     skills = problems.SKILLS
     tiers = tuple(range(1, problems.WIDTH + 1))
-    model_config = {"vocab_size": len(tokens.VOCAB), "block_size": tokens.BLOCK_SIZE,
-                    "n_layer": 2, "n_head": 2, "n_embd": 64}
+    # "tiny" (0.1M parameters) trains in seconds on a CPU; "gpu" (85M) is for an accelerator
+    sizes = {"tiny": {"n_layer": 2, "n_head": 2, "n_embd": 64}, "gpu": {"n_layer": 12, "n_head": 12, "n_embd": 768}}
 
-    def build_model(self, learning_rate: float, max_steps: int):
+    def build_model(self, learning_rate: float, max_steps: int, size: str = "tiny", config: dict | None = None):
         from ...ml.gpt import LitGPT
 
-        return LitGPT(self.model_config, learning_rate=learning_rate, max_steps=max_steps)
+        if config is None:
+            if size not in self.sizes:
+                raise ValueError(f"unknown model size {size!r}; choose one of {sorted(self.sizes)}")
+            config = {"vocab_size": len(tokens.VOCAB), "block_size": tokens.BLOCK_SIZE, **self.sizes[size]}
+        return LitGPT(config, learning_rate=learning_rate, max_steps=max_steps)
 
     def encode(self, prompts, completions):
         rows = []
