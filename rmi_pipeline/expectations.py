@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 
@@ -34,6 +34,8 @@ TYPED = ("rating", "correction", "comment", "skill", "meta")  # optional: null i
 STAGING = {"row": "BIGINT", "schema_version": "BIGINT", "ts_text": "VARCHAR", "ts_value": "TIMESTAMPTZ",
            **{name: "VARCHAR" for name in TEXT_FIELDS}, "meta": "VARCHAR",
            **{f"{name}_type": "VARCHAR" for name in TYPED}}
+EVENT_COLUMNS = ("event_id", "schema_version", "ts", "user_id", "model_version", "prompt", "completion", "rating",
+                 "correction", "comment", "source", "skill", "meta", "batch_id", "tier")  # the warehouse's, in order
 DUPLICATE = "duplicate"  # the action of the uniqueness expectation: the first row is kept, not quarantined
 
 
@@ -66,7 +68,8 @@ def suite_rules(max_text_chars: int, now: datetime) -> list[tuple[object, str, s
         rules.append((gxe.ExpectColumnValuesToBeInSet(column=f"{name}_type", value_set=["string"]),
                       f"{name} must be a string or null", q))
     rules += [
-        (gxe.ExpectColumnValuesToBeInSet(column="meta_type", value_set=["object"]), "meta must be an object or null", q),
+        (gxe.ExpectColumnValuesToBeInSet(column="meta_type", value_set=["object"]),
+         "meta must be an object or null", q),
         (gxe.ExpectColumnValuesToNotBeNull(column="ts"), "ts must be an RFC 3339 string", q),
         (gxe.ExpectColumnValuesToMatchRegex(column="ts_text", regex=RFC3339), "ts is not RFC 3339", q),
         (gxe.ExpectColumnValuesToMatchRegex(column="ts_text", regex=HAS_ZONE), "ts has no time zone", q),
@@ -108,40 +111,54 @@ class Checked:
     evaluated: int = 0  # expectations run on the batch
 
 
-def check(rows, batch_id: str, max_text_chars: int) -> Checked:
+def check(rows, batch_id: str | None, max_text_chars: int) -> Checked:
     """Run the suite on staging rows (an Arrow table with STAGING columns) in one DuckDB pass."""
-    import duckdb
+    import polars as pl
 
     rules = compiled_rules(max_text_chars, _hour())
-    conn = duckdb.connect()
+    dup = _ids([i for i, r in enumerate(rules) if r.action == DUPLICATE])
+    conn = _database().cursor()  # its own connection: temp tables are private to it and go with it
     try:
         conn.execute("SET TimeZone = 'UTC'")
         conn.register("incoming_rows", rows)
-        conn.execute("CREATE TEMP TABLE staging AS SELECT *, "
-                     "coalesce(ts_value, TRY_CAST(ts_text AS TIMESTAMPTZ)) AS ts FROM incoming_rows")
+        # the rules read the rows where they are (no copy); only the parsed timestamp is materialized
+        conn.execute("CREATE TEMP TABLE parsed_ts AS "
+                     "SELECT coalesce(ts_value, TRY_CAST(ts_text AS TIMESTAMPTZ)) AS ts FROM incoming_rows")
+        conn.execute("CREATE TEMP VIEW staging AS SELECT * FROM incoming_rows POSITIONAL JOIN parsed_ts")
         union = " UNION ALL ".join(f"SELECT {i} AS rule, row FROM ({r.sql.rstrip().rstrip(';')}) AS rule_{i}"
                                    for i, r in enumerate(rules))
         conn.execute(f"CREATE TEMP TABLE failing AS {union}")
-        dup = [i for i, r in enumerate(rules) if r.action == DUPLICATE]
         counts = dict(conn.execute("SELECT rule, count(*) FROM failing GROUP BY rule").fetchall())
-        bad = conn.execute(f"SELECT row, list(rule ORDER BY rule) FROM failing WHERE rule NOT IN ({_ids(dup)}) "
+        bad = conn.execute(f"SELECT row, list(rule ORDER BY rule) FROM failing WHERE rule NOT IN ({dup}) "
                            "GROUP BY row ORDER BY row").fetchall()
-        conn.execute(f"CREATE TEMP TABLE bad AS SELECT DISTINCT row FROM failing WHERE rule NOT IN ({_ids(dup)})")
+        conn.execute(f"CREATE TEMP TABLE bad AS SELECT DISTINCT row FROM failing WHERE rule NOT IN ({dup})")
         # a repeated event_id: the first valid row is the event, later valid ones are duplicates
         conn.execute(f"""CREATE TEMP TABLE repeated AS SELECT row FROM (
             SELECT s.row, row_number() OVER (PARTITION BY s.event_id ORDER BY s.row) AS n FROM staging s
-            SEMI JOIN (SELECT row FROM failing WHERE rule IN ({_ids(dup)})) USING (row) ANTI JOIN bad USING (row)
+            SEMI JOIN (SELECT row FROM failing WHERE rule IN ({dup})) USING (row) ANTI JOIN bad USING (row)
         ) WHERE n > 1""")
-        duplicates = conn.execute("SELECT count(*) FROM repeated").fetchone()[0]
-        events = conn.sql(f"""SELECT event_id, schema_version, ts, user_id, model_version, prompt, completion, rating,
-                correction, comment, source, skill, meta, $batch_id::VARCHAR AS batch_id, NULL::BIGINT AS tier
-            FROM staging ANTI JOIN bad USING (row) ANTI JOIN repeated USING (row) ORDER BY row""",
-                          params={"batch_id": batch_id}).pl()
+        excluded = [r for (r,) in conn.execute("SELECT row FROM bad UNION ALL SELECT row FROM repeated").fetchall()]
+        parsed_ts = conn.sql("SELECT ts FROM parsed_ts").fetch_arrow_table()["ts"]
     finally:
         conn.close()
+    duplicates = len(excluded) - len(bad)
+    # the valid events are the input rows themselves: no string is copied out of DuckDB
+    events = pl.from_arrow(rows, rechunk=False).with_columns(ts=pl.from_arrow(parsed_ts, rechunk=False))
+    if excluded:
+        events = events.filter(~pl.col("row").is_in(excluded))
+    events = events.select(*EVENT_COLUMNS[:-2], batch_id=pl.lit(batch_id, dtype=pl.String),
+                           tier=pl.lit(None, dtype=pl.Int64))
     quarantined = [{"row": row, "reason": "; ".join(dict.fromkeys(rules[i].reason for i in ids))} for row, ids in bad]
     return Checked(events=events, quarantined=quarantined, duplicates=duplicates, evaluated=len(rules),
                    failed={rules[i].expectation: n for i, n in sorted(counts.items())})
+
+
+@lru_cache(maxsize=1)
+def _database():
+    """One in-memory DuckDB per process for checking batches (opening one costs about 10 ms)."""
+    import duckdb
+
+    return duckdb.connect()
 
 
 def _ids(ids: list[int]) -> str:
@@ -155,7 +172,33 @@ def _hour() -> int:
 
 @lru_cache(maxsize=4)
 def compiled_rules(max_text_chars: int, hour: int) -> list[Rule]:
-    """Each expectation's failing-row SQL, as GX writes it for DuckDB (GX import and set-up: once per process)."""
+    """Each expectation's failing-row SQL, as GX writes it for DuckDB.
+
+    Every ingest run is a process of its own, and importing GX costs seconds: what GX wrote is kept for the hour
+    under RMI_HOME/cache, keyed by this module's source and the versions that wrote it."""
+    import hashlib
+    import json
+    from importlib import metadata
+    from pathlib import Path
+
+    from .settings import Settings
+
+    versions = [metadata.version(p) for p in ("great-expectations", "duckdb-engine", "sqlalchemy", "duckdb")]
+    key = hashlib.sha256(json.dumps([Path(__file__).read_text(), versions, max_text_chars, hour]).encode())
+    cached = Settings().resolved_home / "cache" / f"feedback-suite-{key.hexdigest()[:16]}.json"
+    try:
+        return [Rule(**r) for r in json.loads(cached.read_text())]
+    except (OSError, ValueError, TypeError):
+        pass
+    rules = _compile(max_text_chars, hour)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_suffix(f".{os.getpid()}.partial")
+    partial.write_text(json.dumps([asdict(r) for r in rules]))
+    partial.replace(cached)
+    return rules
+
+
+def _compile(max_text_chars: int, hour: int) -> list[Rule]:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     import great_expectations as gx
     import sqlalchemy as sa
@@ -169,23 +212,35 @@ def compiled_rules(max_text_chars: int, hour: int) -> list[Rule]:
         with engine.connect() as conn:
             columns = ", ".join(f"{name} {kind}" for name, kind in {**STAGING, "ts": "TIMESTAMPTZ"}.items())
             conn.exec_driver_sql(f"CREATE TABLE staging ({columns})")
+            conn.commit()
         context = gx.get_context(mode="ephemeral")
         context.variables.progress_bars = {"globally": False, "metric_calculations": False}
         batch = (context.data_sources.add_sql("feedback", connection_string=url)
                  .add_table_asset("staging", table_name="staging").add_batch_definition_whole_table("batch")
                  .get_batch())
+        for i, (expectation, _, _) in enumerate(rules):
+            expectation.meta = {"rule": i}  # GX reports results in its own order
         suite = gx.ExpectationSuite(name=f"feedback_v{SCHEMA_VERSION}", expectations=[e for e, _, _ in rules])
         result = batch.validate(suite, result_format={"result_format": "BOOLEAN_ONLY", "return_unexpected_index_query":
                                                       True, "unexpected_index_column_names": ["row"]})
     finally:
         engine.dispose()
-    out = []
-    for (expectation, reason, action), r in zip(rules, result.results, strict=True):
-        sql = r.result.get("unexpected_index_query")
-        if not sql:
-            raise RuntimeError(f"GX could not compile {expectation.expectation_type}: {r.exception_info}")
-        out.append(Rule(f"{expectation.expectation_type}({expectation.column})", reason, action, sql))
-    return out
+    sql = {r.expectation_config.meta["rule"]: r.result.get("unexpected_index_query") for r in result.results}
+    for i, (expectation, _, _) in enumerate(rules):
+        if not sql.get(i):
+            failed = next(r for r in result.results if r.expectation_config.meta["rule"] == i)
+            raise RuntimeError(f"GX could not compile {expectation.expectation_type}: {failed.exception_info}")
+    return [Rule(label(e), reason, action, sql[i]) for i, (e, reason, action) in enumerate(rules)]
+
+
+def label(expectation) -> str:
+    """A short name for an expectation, unique in the suite: 'expect_column_values_to_be_between(ts, max)'."""
+    detail = ""
+    if expectation.expectation_type == "expect_column_values_to_be_between":
+        detail = ", min" if expectation.min_value is not None else ", max"
+    elif expectation.expectation_type == "expect_column_values_to_match_regex":
+        detail = {RFC3339: ", rfc3339", HAS_ZONE: ", zone"}.get(expectation.regex, ", non-blank")
+    return f"{expectation.expectation_type}({expectation.column}{detail})"
 
 
 def register_dialect() -> None:

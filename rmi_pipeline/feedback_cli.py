@@ -48,7 +48,7 @@ def cmd_ingest(args) -> int:
                          "'.', and hold no '...' or control characters")
     data = path.read_bytes()
     parsed = parse_batch(name, data, name, settings.max_text_chars)
-    say(f"{name}: {parsed.rows_in} rows, {len(parsed.events)} valid, {parsed.duplicates} repeated in the file, "
+    say(f"{name}: {parsed.rows_in} rows, {parsed.frame.height} valid, {parsed.duplicates} repeated in the file, "
         f"{len(parsed.quarantined)} bad")
     for reason, count in _top_reasons(parsed.quarantined):
         say(f"  {count:>6}  {reason}")

@@ -1,7 +1,9 @@
-"""Feedback event schema v1: parse a batch file into valid events and quarantined rows with reasons.
+"""Feedback event schema v1: read a batch file into rows, and judge them with the expectation suite.
 
-Feedback text is untrusted data: it is parsed as JSON (or read from Parquet) and never executed.
-Every input row comes out either as an event or as a quarantined row, so the counts always add up.
+Feedback text is untrusted data: it is parsed as JSON (or read from Parquet) and never executed. This module only
+does what must happen before a row exists (gzip, UTF-8, JSON per line, Parquet, fields into typed columns, meta
+as JSON text); what a valid row is, the expectation suite in expectations.py decides. Every input row comes out
+once: as an event, a duplicate or quarantined with its reasons, so the counts always add up.
 """
 
 from __future__ import annotations
@@ -9,31 +11,49 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-SCHEMA_VERSION = 1
+from .expectations import SCHEMA_VERSION, STAGING, TEXT_FIELDS, TYPED
+
 SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
 KNOWN = {"schema_version", "event_id", "ts", "user_id", "model_version", "prompt", "completion", "rating",
          "correction", "comment", "source", "skill", "meta"}
-REQUIRED_STRINGS = ("event_id", "user_id", "model_version", "prompt", "completion")
-OPTIONAL_STRINGS = ("correction", "comment", "skill")
 BOM = b"\xef\xbb\xbf"  # editors on Windows start files with it; it is not part of the first row
-RATINGS = {"up", "down", None}
-SOURCES = {"user", "report"}
-MAX_CLOCK_SKEW = timedelta(days=1)
+SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # a JSON escape that may leave a lone surrogate no database takes
+CHUNK = 100_000  # JSON rows turned into columns at a time: a million parsed dicts at once would take gigabytes
+__all__ = ["SCHEMA_VERSION", "ParsedBatch", "Rows", "event_frame", "is_batch_file", "parse_batch", "read_rows",
+           "validate"]
+
+
+@dataclass
+class Rows:
+    """A batch file read into rows for the suite, and the rows that never became one."""
+
+    table: object  # a pyarrow Table with expectations.STAGING columns, one row per record
+    unparsed: list[dict] = field(default_factory=list)  # {"row": n, "reason": ...}
+    raw: Callable[[int], str] = lambda row: ""  # the input text of a row, for quarantine
 
 
 @dataclass
 class ParsedBatch:
-    events: list[dict] = field(default_factory=list)
+    frame: object  # the valid events: a polars frame with the warehouse's columns, in input order
     quarantined: list[dict] = field(default_factory=list)  # {"row": n, "reason": ..., "raw": ...}
     duplicates: int = 0  # repeated event_id inside this batch (first one kept)
+    failed_expectations: dict[str, int] = field(default_factory=dict)  # expectation -> rows failing it
+    expectations_evaluated: int = 0
+    unparsed: int = 0  # quarantined before the suite: they never became a row
+
+    @property
+    def events(self) -> list[dict]:
+        return [{**e, "ts": e["ts"].astimezone(UTC)} for e in self.frame.to_dicts()]
 
     @property
     def rows_in(self) -> int:
-        return len(self.events) + len(self.quarantined) + self.duplicates
+        return self.frame.height + len(self.quarantined) + self.duplicates
 
 
 def is_batch_file(name: str) -> bool:
@@ -42,65 +62,218 @@ def is_batch_file(name: str) -> bool:
 
 def parse_batch(name: str, data: bytes, batch_id: str, max_text_chars: int) -> ParsedBatch:
     """Every non-blank line (or Parquet row) comes out once: as an event, a duplicate or quarantined."""
-    out = ParsedBatch()
-    seen: set[str] = set()
-    for row, (raw, record) in enumerate(_records(name, data), start=1):
-        event, reason = (None, record) if isinstance(record, str) else _validate_safely(record, max_text_chars)
-        if event is None:
-            out.quarantined.append({"row": row, "reason": reason, "raw": raw[:max_text_chars]})
-        elif event["event_id"] in seen:
-            out.duplicates += 1
-        else:
-            seen.add(event["event_id"])
-            event["batch_id"] = batch_id
-            out.events.append(event)
+    from .expectations import check
+
+    rows = read_rows(name, data)
+    out = ParsedBatch(frame=event_frame([]), quarantined=list(rows.unparsed), unparsed=len(rows.unparsed))
+    if rows.table.num_rows:
+        checked = check(rows.table, batch_id, max_text_chars)
+        out.frame, out.duplicates = checked.events, checked.duplicates
+        out.quarantined += checked.quarantined
+        out.failed_expectations, out.expectations_evaluated = checked.failed, checked.evaluated
+    out.quarantined.sort(key=lambda q: q["row"])
+    for q in out.quarantined:
+        q["raw"] = rows.raw(q["row"])[:max_text_chars]
     return out
 
 
-def _records(name: str, data: bytes):
-    """(raw text, dict or reason string) per input row; a zero-byte file has no rows, whatever its format."""
+def validate(record: dict, max_text_chars: int) -> tuple[dict | None, str | None]:
+    """One record against the suite: a normalized event, or None and the reasons it would be quarantined."""
+    parsed = parse_batch("record.jsonl", json.dumps(record, default=str).encode(), None, max_text_chars)
+    if parsed.quarantined:
+        return None, parsed.quarantined[0]["reason"]
+    return parsed.events[0], None
+
+
+def read_rows(name: str, data: bytes) -> Rows:
+    """A zero-byte file has no rows, whatever its format; an unreadable one is one quarantined row."""
     if not data:
-        return
+        return Rows(_table({}, 0))
     if name.endswith(".parquet"):
-        yield from _parquet_records(data)
-        return
+        return _parquet_rows(data)
     if name.endswith(".gz"):
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:
-            yield "", f"unreadable gzip: {exc}"
-            return
-    for line in data.removeprefix(BOM).split(b"\n"):
-        if not line.strip():
-            continue
+            return Rows(_table({}, 0), [{"row": 1, "reason": f"unreadable gzip: {exc}"}])
+    return _jsonl_rows(data)
+
+
+def _jsonl_rows(data: bytes) -> Rows:
+    import pyarrow as pa
+
+    lines = [line for line in data.removeprefix(BOM).split(b"\n") if line.strip()]
+    unparsed, chunks, records, numbers = [], [], [], []
+    for row, line in enumerate(lines, start=1):
         try:
-            text = line.decode("utf-8")
+            record = _DECODER.decode(line.decode("utf-8"))
         except UnicodeDecodeError:
-            yield line.decode("utf-8", "replace"), "invalid UTF-8"
+            unparsed.append({"row": row, "reason": "invalid UTF-8"})
             continue
-        try:
-            record = json.loads(text, parse_constant=_not_json)
         except json.JSONDecodeError as exc:
-            yield text, f"malformed JSON: {exc.msg}"
+            unparsed.append({"row": row, "reason": f"malformed JSON: {exc.msg}"})
             continue
         except RecursionError:  # a hostile or broken client can nest arrays deeper than Python's stack
-            yield text, "malformed JSON: nested too deeply"
+            unparsed.append({"row": row, "reason": "malformed JSON: nested too deeply"})
             continue
-        yield text, record if isinstance(record, dict) else "not a JSON object"
+        if type(record) is not dict:
+            unparsed.append({"row": row, "reason": "not a JSON object"})
+            continue
+        if SURROGATE.search(line) and (reason := _lone_surrogate(record)):
+            unparsed.append({"row": row, "reason": reason})
+            continue
+        records.append(record)
+        numbers.append(row)
+        if len(records) == CHUNK:
+            chunks.append(_record_table(records, numbers, unparsed))
+            records, numbers = [], []
+    chunks.append(_record_table(records, numbers, unparsed))
+    return Rows(pa.concat_tables(chunks), unparsed, lambda row: lines[row - 1].decode("utf-8", "replace"))
 
 
-def _parquet_records(data: bytes):
+def _parquet_rows(data: bytes) -> Rows:
     import polars as pl
 
     try:
-        rows = pl.read_parquet(io.BytesIO(data)).to_dicts()
+        frame = pl.read_parquet(io.BytesIO(data))
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # noqa: B036 - polars raises a Rust panic (a BaseException) on some garbage
-        yield "", f"unreadable parquet: {str(exc)[:200]}"  # one quarantined row, not a crash
-        return
-    for r in rows:
-        yield json.dumps(r, default=str), r
+        return Rows(_table({}, 0), [{"row": 1, "reason": f"unreadable parquet: {str(exc)[:200]}"}])
+
+    def raw(row: int) -> str:
+        return json.dumps(frame.row(row - 1, named=True), default=str)
+
+    if set(frame.columns) <= KNOWN and _plain_meta(frame.schema.get("meta")):
+        return Rows(_frame_table(frame), [], raw)
+    unparsed, chunks = [], []  # unknown columns (kept in meta) or an unusual meta: row by row, like JSON
+    for start in range(0, max(frame.height, 1), CHUNK):
+        part = frame.slice(start, CHUNK)
+        chunks.append(_record_table(part.to_dicts(), list(range(start + 1, start + part.height + 1)), unparsed))
+    import pyarrow as pa
+
+    return Rows(pa.concat_tables(chunks), unparsed, raw)
+
+
+def _record_table(records: list[dict], numbers: list[int], unparsed: list[dict]):
+    """Parsed JSON objects as staging columns: each field's value where it has the schema's type, else null
+    (and, for optional fields, the JSON type it had, so that the suite can tell null from a wrong type)."""
+    kept, rows, metas, meta_types = [], [], [], []
+    for record, row in zip(records, numbers, strict=True):
+        meta = record.get("meta")
+        extra = record.keys() - KNOWN
+        merged = ({**(meta if type(meta) is dict else {}), **{k: record[k] for k in extra}} if extra
+                  else meta if type(meta) is dict else None)
+        try:
+            text = _META.encode(merged) if merged else None
+        except ValueError:
+            unparsed.append({"row": row, "reason": "meta holds NaN or Infinity, which JSON cannot carry"})
+            continue
+        except RecursionError:
+            unparsed.append({"row": row, "reason": "meta is nested too deeply"})
+            continue
+        kept.append(record)
+        rows.append(row)
+        metas.append(text)
+        meta_types.append(None if meta is None or type(meta) is dict else _json_type(meta))
+    columns = {"row": rows, "meta": metas, "meta_type": meta_types}
+    versions = [r.get("schema_version", SCHEMA_VERSION) for r in kept]
+    columns["schema_version"] = [v if type(v) is int and -(2**63) <= v < 2**63 else None for v in versions]
+    stamps = [r.get("ts") for r in kept]
+    columns["ts_text"] = [v if type(v) is str else v.isoformat() if type(v) is datetime and v.tzinfo is None
+                          else None for v in stamps]
+    columns["ts_value"] = [v if type(v) is datetime and v.tzinfo is not None else None for v in stamps]
+    for name in TEXT_FIELDS:
+        values = [r.get(name, "user") for r in kept] if name == "source" else [r.get(name) for r in kept]
+        columns[name] = [v if type(v) is str else None for v in values]
+        if name in TYPED:
+            columns[f"{name}_type"] = [None if v is None or type(v) is str else _json_type(v) for v in values]
+    return _table(columns, len(kept))
+
+
+def _table(columns: dict, n: int):
+    import pyarrow as pa
+
+    types = {"BIGINT": pa.int64(), "VARCHAR": pa.string(), "TIMESTAMPTZ": pa.timestamp("us", tz="UTC")}
+    schema = pa.schema([(name, types[kind]) for name, kind in STAGING.items()])
+    return pa.table({name: pa.array(columns.get(name, [None] * n), type=schema.field(name).type)
+                     for name in schema.names}, schema=schema)
+
+
+def _frame_table(frame):
+    """A Parquet frame with only schema fields as staging columns, column by column (no Python per row)."""
+    import polars as pl
+
+    def column(name: str, default=None):
+        return pl.col(name) if name in frame.columns else pl.lit(default, dtype=pl.String)
+
+    def json_type(name: str):  # the JSON type a non-string column holds, where a row has a value
+        kind = frame.schema.get(name)
+        if kind is None or kind in (pl.String, pl.Null):
+            return pl.lit(None, dtype=pl.String)
+        return pl.when(pl.col(name).is_not_null()).then(pl.lit(_dtype_json_type(kind)))
+
+    def text(name: str):
+        kind = frame.schema.get(name)
+        if kind is None:
+            return pl.lit("user" if name == "source" else None, dtype=pl.String)
+        return column(name).cast(pl.String) if kind in (pl.String, pl.Null) else pl.lit(None, dtype=pl.String)
+
+    version, stamp, meta = (frame.schema.get(n) for n in ("schema_version", "ts", "meta"))
+    utc = pl.Datetime("us", "UTC")
+    exprs = [
+        pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("row"),
+        (pl.lit(SCHEMA_VERSION, dtype=pl.Int64) if version is None else pl.col("schema_version").cast(
+            pl.Int64, strict=False) if version.is_integer() else pl.lit(None, dtype=pl.Int64)).alias("schema_version"),
+        (pl.col("ts").cast(pl.String) if stamp in (pl.String, pl.Null)
+         else pl.col("ts").dt.to_string("%Y-%m-%dT%H:%M:%S%.f") if isinstance(stamp, pl.Datetime) and not
+         stamp.time_zone else pl.lit(None, dtype=pl.String)).alias("ts_text"),
+        (pl.col("ts").dt.convert_time_zone("UTC").cast(utc) if isinstance(stamp, pl.Datetime) and stamp.time_zone
+         else pl.lit(None, dtype=utc)).alias("ts_value"),
+        *[text(name).alias(name) for name in TEXT_FIELDS],
+        (pl.when(pl.col("meta").is_not_null()).then(pl.col("meta").struct.json_encode())
+         if isinstance(meta, pl.Struct) else pl.lit(None, dtype=pl.String)).alias("meta"),
+        *[json_type(name).alias(f"{name}_type") for name in TYPED],
+    ]
+    if not frame.height:
+        return _table({}, 0)
+    return frame.select(exprs).select(list(STAGING)).to_arrow(compat_level=pl.CompatLevel.newest())  # no copy
+
+
+def _plain_meta(kind) -> bool:
+    """A meta column the fast path can turn into JSON as it is: absent, all null, or a struct without floats
+    (polars would write NaN as null, where the row path quarantines it)."""
+    import polars as pl
+
+    if kind is None or kind == pl.Null:
+        return True
+    if isinstance(kind, pl.Struct):
+        return all(_plain_meta(f.dtype) or f.dtype in (pl.String, pl.Boolean) or f.dtype.is_integer()
+                   for f in kind.fields)
+    return False
+
+
+def _dtype_json_type(kind) -> str:
+    import polars as pl
+
+    if kind == pl.Boolean:
+        return "boolean"
+    if kind.is_integer():
+        return "integer"
+    if kind.is_float():
+        return "number"
+    if isinstance(kind, pl.List | pl.Array):
+        return "array"
+    if isinstance(kind, pl.Struct):
+        return "object"
+    if kind.is_temporal():
+        return "timestamp"
+    return str(kind)
+
+
+def _json_type(value) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object",
+            datetime: "timestamp"}.get(type(value), type(value).__name__)
 
 
 def _not_json(constant: str):
@@ -108,117 +281,24 @@ def _not_json(constant: str):
     raise json.JSONDecodeError(f"{constant} is not JSON", constant, 0)
 
 
-def _validate_safely(record: dict, max_text_chars: int) -> tuple[dict | None, str | None]:
-    """A row that trips a bug in validation is quarantined with the error, so one row never fails a batch."""
-    try:
-        return validate(record, max_text_chars)
-    except Exception as exc:  # noqa: BLE001 - the reason names it; the batch goes on
-        return None, f"could not validate: {type(exc).__name__}: {str(exc)[:200]}"
+_DECODER = json.JSONDecoder(parse_constant=_not_json)
+_META = json.JSONEncoder(default=str, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def validate(record: dict, max_text_chars: int) -> tuple[dict | None, str | None]:
-    """A normalized event, or None and the reason it is quarantined."""
-    version = record.get("schema_version", SCHEMA_VERSION)
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        return None, f"schema_version must be a positive integer, got {_short(version)}"
-    if version > SCHEMA_VERSION:
-        return None, f"schema_version {version} is newer than this pipeline understands ({SCHEMA_VERSION})"
-    for name in REQUIRED_STRINGS:
-        value = record.get(name)
-        if not isinstance(value, str) or (name == "event_id" and not value.strip()):
-            return None, f"{name} must be a non-empty string" if name == "event_id" else f"{name} must be a string"
-    for name in OPTIONAL_STRINGS:
-        if record.get(name) is not None and not isinstance(record[name], str):
-            return None, f"{name} must be a string or null"
-    for name in (*REQUIRED_STRINGS, *OPTIONAL_STRINGS):
-        reason = _text_problem(name, record.get(name), max_text_chars)
-        if reason:
-            return None, reason
-    if not _is_one_of(record.get("rating"), RATINGS):
-        return None, f"rating must be 'up', 'down' or null, got {_short(record.get('rating'))}"
-    if not _is_one_of(record.get("source", "user"), SOURCES):
-        return None, f"source must be 'user' or 'report', got {_short(record.get('source'))}"
-    ts, reason = _timestamp(record.get("ts"))
-    if reason:
-        return None, reason
-    meta = record.get("meta")
-    if meta is not None and not isinstance(meta, dict):
-        return None, "meta must be an object or null"
-    meta_text, reason = _meta_json({**(meta or {}), **{k: v for k, v in record.items() if k not in KNOWN}},
-                                   max_text_chars)
-    if reason:
-        return None, reason
-    return {
-        "event_id": record["event_id"],
-        "schema_version": version,
-        "ts": ts,
-        "user_id": record["user_id"],
-        "model_version": record["model_version"],
-        "prompt": record["prompt"],
-        "completion": record["completion"],
-        "rating": record.get("rating"),
-        "correction": record.get("correction"),
-        "comment": record.get("comment"),
-        "source": record.get("source", "user"),
-        "skill": record.get("skill"),
-        "meta": meta_text,
-    }, None
-
-
-def _short(value) -> str:
-    return repr(value)[:60]
-
-
-def _is_one_of(value, allowed: set) -> bool:
-    return (value is None or isinstance(value, str)) and value in allowed  # a list or object is never a rating
-
-
-def _text_problem(name: str, value, max_text_chars: int) -> str | None:
-    """Oversized text is quarantined, never truncated; text that is not valid Unicode cannot be stored."""
-    if not isinstance(value, str):
-        return None
-    if len(value) > max_text_chars:
-        return f"{name} too long: {len(value)} chars > {max_text_chars}"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:  # JSON may escape a lone surrogate ("\\ud800"); no database takes it
-        return f"{name} is not valid Unicode (a lone surrogate)"
-    return None
-
-
-def _meta_json(meta: dict, max_text_chars: int) -> tuple[str | None, str | None]:
-    """meta plus unknown top-level fields as JSON text, or the reason it cannot be kept."""
-    if not meta:
-        return None, None
-    try:
-        text = json.dumps(meta, default=str, ensure_ascii=False, allow_nan=False)
-    except ValueError:
-        return None, "meta holds NaN or Infinity, which JSON cannot carry"
-    except RecursionError:
-        return None, "meta is nested too deeply"
-    reason = _text_problem("meta", text, max_text_chars)
-    return (None, reason) if reason else (text, None)
-
-
-def _timestamp(value) -> tuple[datetime | None, str | None]:
-    if isinstance(value, datetime):  # Parquet carries real timestamps
-        ts = value
-    elif isinstance(value, str):
+def _lone_surrogate(record: dict) -> str | None:
+    """A JSON escape such as "\\ud800" decodes to text no database can store: the row cannot exist."""
+    for name, value in record.items():
         try:
-            ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return None, f"ts is not RFC 3339: {value[:40]!r}"
-    else:
-        return None, "ts must be an RFC 3339 string"
-    if ts.tzinfo is None:
-        return None, "ts has no time zone"
-    try:
-        ts = ts.astimezone(UTC)
-    except OverflowError:  # "0001-01-01T00:00:00+01:00" is before the first UTC instant Python can hold
-        return None, f"ts is out of range: {str(value)[:40]!r}"
-    if ts > datetime.now(UTC) + MAX_CLOCK_SKEW:
-        return None, "ts is in the future"
-    return ts, None
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            where = name if name in KNOWN else "meta"  # unknown fields are kept in meta
+            return f"{where} is not valid Unicode (a lone surrogate)"
+        if not name.isascii():
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                return "meta is not valid Unicode (a lone surrogate)"
+    return None
 
 
 def event_frame(events: list[dict]):

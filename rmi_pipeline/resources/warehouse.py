@@ -5,6 +5,11 @@ Views (all times in UTC):
     feedback_daily     the same per day, model version, skill and tier: is a release or a slice getting worse?
     feedback_corrections  every correction with its prompt, the answer it replaced and where it came from
     failing_prompts    prompts ranked by thumbs-down, with their most recent correction
+
+Idempotence without a PRIMARY KEY: DuckDB reloads a key index from disk on every connection, so an insert took
+twice as long into 10M events as into 10k. Each event keeps `id_key` (a 64-bit hash of its event_id) instead; a
+batch scans that one narrow column for its keys, then compares the full event_id of the few hits, so a hash
+collision never drops an event and a batch costs about the same however large the warehouse grows.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from dagster import ConfigurableResource
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS feedback_events (
-    event_id VARCHAR PRIMARY KEY,
+    event_id VARCHAR,
     schema_version INTEGER,
     ts TIMESTAMPTZ,
     user_id VARCHAR,
@@ -35,6 +40,8 @@ CREATE TABLE IF NOT EXISTS feedback_events (
 -- tier is not in schema v1: it is filled at ingest from the recipe (NULL when the prompt is not one it knows);
 -- warehouses created before it gain the column here
 ALTER TABLE feedback_events ADD COLUMN IF NOT EXISTS tier INTEGER;
+ALTER TABLE feedback_events ADD COLUMN IF NOT EXISTS id_key UBIGINT;  -- hash(event_id): see the module docstring
+CREATE TABLE IF NOT EXISTS warehouse_info (key VARCHAR, value VARCHAR);
 CREATE OR REPLACE VIEW feedback_quality AS
 SELECT model_version, skill,
        count(*) AS events,
@@ -65,6 +72,7 @@ ORDER BY thumbs_down DESC, thumbs_down_rate DESC, prompt;
 COLUMNS = ["event_id", "schema_version", "ts", "user_id", "model_version", "prompt", "completion", "rating",
            "correction", "comment", "source", "skill", "meta", "batch_id", "tier"]
 VIEWS = ("feedback_quality", "feedback_daily", "feedback_corrections", "failing_prompts")
+KEY = "hash(event_id)"  # id_key of an event: 64 bits, so a batch scans 8 bytes per stored event, not its id
 
 
 class Warehouse(ConfigurableResource):
@@ -80,7 +88,9 @@ class Warehouse(ConfigurableResource):
         conn = duckdb.connect(self.path, read_only=read_only)
         try:
             if not read_only:
+                _drop_primary_key(conn)
                 conn.execute(SCHEMA)
+                _refresh_keys(conn)
             yield conn
         finally:
             conn.close()
@@ -91,21 +101,59 @@ class Warehouse(ConfigurableResource):
             pass
 
     def ingest(self, events) -> tuple[int, int]:
-        """Insert validated events (a polars frame with COLUMNS); returns (ingested, duplicates)."""
+        """Insert validated events (a polars frame with COLUMNS) not already there; returns (ingested, duplicates).
+
+        An event_id repeated inside `events` counts once, like one already in the warehouse."""
         import polars as pl
 
         if "tier" not in events.columns:  # validated before tiers existed
             events = events.with_columns(pl.lit(None, dtype=pl.Int64).alias("tier"))
+        columns = ", ".join(COLUMNS)
         with self.connect() as conn:
-            conn.register("incoming", events.select(COLUMNS).to_arrow())
-            before = conn.execute("SELECT count(*) FROM feedback_events").fetchone()[0]
-            conn.execute(f"INSERT OR IGNORE INTO feedback_events ({', '.join(COLUMNS)}) "
-                         f"SELECT {', '.join(COLUMNS)} FROM incoming")
-            after = conn.execute("SELECT count(*) FROM feedback_events").fetchone()[0]
-        ingested = after - before
+            conn.register("incoming", events.select(COLUMNS).to_arrow(compat_level=pl.CompatLevel.newest()))
+            conn.execute("BEGIN")
+            conn.execute(f"CREATE TEMP TABLE batch AS SELECT {columns}, {KEY} AS id_key FROM incoming")
+            # the stored keys this batch hits (one narrow column scanned), then the full ids behind those hits
+            conn.execute("CREATE TEMP TABLE hit AS SELECT DISTINCT id_key FROM feedback_events "
+                         "SEMI JOIN batch USING (id_key)")
+            conn.execute("CREATE TEMP TABLE seen AS SELECT event_id FROM feedback_events SEMI JOIN hit USING (id_key)")
+            ingested = conn.execute(
+                f"INSERT INTO feedback_events ({columns}, id_key) SELECT {columns}, id_key FROM batch "
+                "ANTI JOIN seen USING (event_id) QUALIFY row_number() OVER (PARTITION BY event_id) = 1"
+            ).fetchall()[0][0]
+            conn.execute("COMMIT")
         return ingested, len(events) - ingested
 
     def query(self, sql: str, params: list | None = None):
         """A polars frame of a read-only query."""
         with self.connect(read_only=True) as conn:
             return conn.sql(sql, params=params).pl() if params else conn.sql(sql).pl()
+
+
+def _drop_primary_key(conn) -> None:
+    """A warehouse from before id_key has event_id as PRIMARY KEY: rebuilt once without it (DuckDB cannot drop
+    a constraint in place)."""
+    keyed = conn.execute("SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'feedback_events' "
+                         "AND constraint_type = 'PRIMARY KEY'").fetchall()[0][0]
+    if not keyed:
+        return
+    conn.execute("BEGIN")
+    conn.execute("CREATE TABLE feedback_events_rebuilt AS SELECT * FROM feedback_events")
+    conn.execute("DROP TABLE feedback_events CASCADE")
+    conn.execute("ALTER TABLE feedback_events_rebuilt RENAME TO feedback_events")
+    conn.execute("COMMIT")
+
+
+def _refresh_keys(conn) -> None:
+    """Stored keys follow the running DuckDB's hash: computed for a warehouse that has none yet, and anew after
+    an upgrade that changed the hash."""
+    stored = conn.execute("SELECT value FROM warehouse_info WHERE key = 'id_key_probe'").fetchall()
+    # DuckDB's hash may change between versions: a probe value tells whether the stored keys still match
+    current = conn.execute(f"SELECT ({KEY})::VARCHAR FROM (SELECT 'rmi-event-id' AS event_id)").fetchall()[0][0]
+    if stored and stored[0][0] == current:
+        return
+    conn.execute("BEGIN")
+    conn.execute(f"UPDATE feedback_events SET id_key = {KEY}")
+    conn.execute("DELETE FROM warehouse_info WHERE key = 'id_key_probe'")
+    conn.execute("INSERT INTO warehouse_info VALUES ('id_key_probe', ?)", [current])
+    conn.execute("COMMIT")
