@@ -161,7 +161,7 @@ def _record_table(records: list[dict], numbers: list[int], unparsed: list[dict])
     kept, rows, metas, meta_types = [], [], [], []
     for record, row in zip(records, numbers, strict=True):
         meta = record.get("meta")
-        extra = record.keys() - KNOWN
+        extra = () if record.keys() <= KNOWN else record.keys() - KNOWN
         merged = ({**(meta if type(meta) is dict else {}), **{k: record[k] for k in extra}} if extra
                   else meta if type(meta) is dict else None)
         try:
