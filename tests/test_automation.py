@@ -1,9 +1,5 @@
 """The loop turns by itself: enough new feedback starts a cycle, failures and promotions reach a person once."""
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
-
 import pytest
 from dagster import (
     DagsterEventType,
@@ -14,6 +10,7 @@ from dagster import (
 )
 from dagster_dev import dagster_dev, wait_for
 from feedback_intake import event
+from webhook import serve_hook
 
 from rmi_pipeline import layout
 from rmi_pipeline.assets import FEEDBACK, eval_suite, training_dataset
@@ -28,20 +25,8 @@ from rmi_pipeline.world.curators import curate_eval_suite
 @pytest.fixture
 def receiver():
     """A webhook receiver on 127.0.0.1 that keeps every JSON body posted to it."""
-    bodies = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    bodies: list = []
+    server = serve_hook(bodies)
     yield f"http://127.0.0.1:{server.server_port}/hook", bodies
     server.shutdown()
 

@@ -1,12 +1,9 @@
 """champion_health flags a slice whose live thumbs-down rate rises, and regression_sensor acts within a budget."""
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
-
 import torch
 from dagster import DagsterRun, DagsterRunStatus, build_sensor_context, instance_for_test, materialize
 from feedback_intake import Intake, event
+from webhook import serve_hook
 
 from rmi_pipeline.assets import champion_health, eval_suite
 from rmi_pipeline.automation.sensors import regression_sensor
@@ -14,21 +11,6 @@ from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.resources import build_resources
 from rmi_pipeline.resources.notifier import Notifier
 from rmi_pipeline.world.curators import curate_eval_suite
-
-
-def serve_hook(bodies: list) -> HTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
 
 
 def test_a_rising_thumbs_down_rate_regresses_and_starts_targeted_cycles_until_the_budget(rmi_env, monkeypatch):
