@@ -5,6 +5,7 @@ cycle (no model can have seen it), and the mined set (users' corrected hard case
 """
 
 import random
+from collections import Counter
 from datetime import UTC, datetime
 
 from dagster import AssetExecutionContext, MaterializeResult, asset
@@ -52,7 +53,7 @@ def eval_suite(context: AssetExecutionContext, storage: ObjectStore, eval_store:
 
     hard = warehouse.query("SELECT prompt, correction FROM feedback_events WHERE rating = 'down' AND "
                            "correction IS NOT NULL ORDER BY ts DESC, event_id")
-    mined, seen = [], set()
+    mined, seen, per_skill = [], set(), Counter()
     for prompt, answer in hard.iter_rows():
         if not (recipe.is_valid_prompt(prompt) and recipe.is_valid_completion(answer)):
             continue
@@ -61,7 +62,8 @@ def eval_suite(context: AssetExecutionContext, storage: ObjectStore, eval_store:
         if digest in seen or not is_mined_holdout(digest, settings.mined_share) or recipe.verify(prompt, answer)[0] < 1:
             continue
         skill, tier = recipe.slice_of(prompt)
-        if sum(m["skill"] == skill for m in mined) < MINED_PER_SKILL:
+        if per_skill[skill] < MINED_PER_SKILL:
+            per_skill[skill] += 1
             seen.add(digest)
             mined.append({"prompt": prompt, "answer": answer, "skill": skill, "tier": tier})
     eval_store.write_json(f"{layout.MINED}/{stamp}.json", {"version": stamp, "items": mined})

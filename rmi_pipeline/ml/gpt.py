@@ -7,7 +7,7 @@ Learned positions, pre-norm blocks, tied embeddings, nanoGPT-style init. The los
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import lightning as L
 import torch
@@ -115,6 +115,3 @@ class LitGPT(L.LightningModule):
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
-
-def config_dict(cfg: GPTConfig) -> dict:
-    return asdict(cfg)
