@@ -20,6 +20,9 @@ test: $(STAMP)  ## the test suite (about 5 minutes on 2 cores)
 	@# the browser test drives Debian's Chromium (never a downloaded browser); installed when we may
 	command -v chromium >/dev/null || [ "$$(id -u)" != 0 ] || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+	@# the production-profile test starts Debian's PostgreSQL server on 127.0.0.1
+	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
 	$(BIN)/python -m pytest -q tests
 
 ui: $(STAMP)  ## the Dagster web UI on http://127.0.0.1:3000 over RMI_HOME
