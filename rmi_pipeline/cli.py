@@ -3,6 +3,7 @@
     rmi run [--cycles 5] [--fresh]   world -> feedback -> pipeline, N improvement cycles after a first model
     rmi ui [--port 3000]             the Dagster UI over RMI_HOME (sensors on)
     rmi simulate --cycle N           one batch of user feedback from the current champion
+    rmi simulate --live [--scenario drift]   a batch every --interval seconds until Ctrl-C
     rmi status                       champion, challenger, warehouse and recent runs
     rmi feedback ingest PATH         validate a local batch file and land it in the warehouse now
     rmi feedback stats               thumbs-down rates, corrections and failing prompts
@@ -145,6 +146,21 @@ def cmd_simulate(args) -> int:
 
     world = World(settings)
     world.ensure_eval_suite()
+    if args.live:
+        import signal
+        import threading
+
+        from .world.live import run_live
+
+        stop = threading.Event()  # Ctrl-C lets the batch in progress land, then stops
+        before = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            run_live(world, interval=args.interval, cycle=args.cycle, batches=args.batches, stop=stop, say=say,
+                     drift_after=args.drift_after if args.scenario == "drift" else None)
+        finally:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
+        return 0
     batch, stats = world.serve_cycle(args.cycle)
     say(f"landed {batch}: {stats}")
     return 0
@@ -211,6 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     ui.set_defaults(fn=cmd_ui)
     sim = sub.add_parser("simulate", help="land one batch of simulated user feedback")
     sim.add_argument("--cycle", type=int, default=1, help="how far users have drifted toward hard questions")
+    sim.add_argument("--live", action="store_true", help="keep landing batches from the current champion")
+    sim.add_argument("--interval", type=float, default=60.0, help="seconds between live batches")
+    sim.add_argument("--scenario", choices=["steady", "drift"], default="steady",
+                     help="drift: after --drift-after batches, half the users ask a slice the champion barely knows")
+    sim.add_argument("--drift-after", type=int, default=2, help="batches before the drift")
+    sim.add_argument("--batches", type=int, default=None, help="stop after this many live batches")
     sim.set_defaults(fn=cmd_simulate)
     sub.add_parser("status", help="champion, challenger, warehouse").set_defaults(fn=cmd_status)
     add_feedback_commands(sub)

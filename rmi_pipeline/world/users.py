@@ -2,6 +2,7 @@
 
 Most users judge an answer right; a share of them are wrong. Some thumbs-down carry the right answer
 as a correction, some a comment; an automated monitor reports answers that are not numbers at all.
+Under a drift, a share of users all ask one slice (a skill at one tier) that they did not ask before.
 """
 
 import random
@@ -19,9 +20,34 @@ class Reactions:
     comment_share: float = 0.3
 
 
-def questions(rng: random.Random, recipe, n: int, cycle: int) -> list:
+@dataclass(frozen=True)
+class Drift:
+    """`share` of the questions ask `skill` at `tier`; the champion was right on `accuracy` of them at the start."""
+
+    skill: str
+    tier: int
+    share: float
+    accuracy: float
+
+    @property
+    def slice(self) -> str:
+        return f"{self.skill}/{self.tier}"
+
+
+def usual_tiers(recipe, cycle: int) -> list[int]:
+    """The tiers users ask in a cycle: up to EASIEST_CAP + cycle digits."""
     cap = min(max(recipe.tiers), EASIEST_CAP + cycle)
-    return recipe.sample_tasks(rng, n, list(recipe.skills), [t for t in recipe.tiers if t <= cap])
+    return [t for t in recipe.tiers if t <= cap]
+
+
+def questions(rng: random.Random, recipe, n: int, cycle: int, drift: Drift | None = None) -> list:
+    if drift is None:
+        return recipe.sample_tasks(rng, n, list(recipe.skills), usual_tiers(recipe, cycle))
+    moved = round(n * drift.share)
+    tasks = (recipe.sample_tasks(rng, n - moved, list(recipe.skills), usual_tiers(recipe, cycle))
+             + recipe.sample_tasks(rng, moved, [drift.skill], [drift.tier]))
+    rng.shuffle(tasks)
+    return tasks
 
 
 def react(rng: random.Random, task, completion: str, model_version: str, reactions: Reactions) -> dict:

@@ -9,7 +9,7 @@ from ..recipes.base import load_recipe
 from ..resources import build_resources
 from ..settings import Settings
 from .curators import curate_eval_suite
-from .users import Reactions, questions, react
+from .users import Drift, Reactions, questions, react
 
 
 class World:
@@ -31,13 +31,16 @@ class World:
         """Users query the champion, as production serves it, and one feedback batch lands.
 
         Returns the batch's key and what happened (queries, champion accuracy on them, reactions)."""
+        return self.serve(cycle, random.Random(f"users-{self.settings.seed}-{cycle}"), f"cycle{cycle:03d}")
+
+    def serve(self, cycle: int, rng: random.Random, prefix: str, drift: Drift | None = None) -> tuple[str, dict]:
+        """One batch of users of `cycle`, some of them moved to a drifted slice; lands as `<prefix>-<time>.jsonl`."""
         s = self.settings
-        rng = random.Random(f"users-{s.seed}-{cycle}")
         champion = self.registry.version("champion")
         if champion is None:
             raise RuntimeError("no champion is serving yet: run a first improvement cycle")
         model = self.registry.load("champion", self.recipe)
-        tasks = questions(rng, self.recipe, s.sim_queries_per_cycle, cycle)
+        tasks = questions(rng, self.recipe, s.sim_queries_per_cycle, cycle, drift)
         answers = self.recipe.answer(model, [t.prompt for t in tasks])
         reactions = Reactions(s.sim_wrong_user_share, s.sim_correction_share)
         events = [react(rng, t, a, str(champion.version), reactions) for t, a in zip(tasks, answers, strict=True)]
@@ -47,12 +50,16 @@ class World:
             if rng.random() < s.sim_malformed_share:
                 lines[i] = lines[i][: rng.randrange(1, len(lines[i]))]
                 garbled += 1
-        name = f"cycle{cycle:03d}-{datetime.now(UTC):%Y%m%dT%H%M%S}.jsonl"
+        name = f"{prefix}-{datetime.now(UTC):%Y%m%dT%H%M%S}.jsonl"
         self.storage.write_bytes(f"{layout.INCOMING}/{name}", ("\n".join(lines) + "\n").encode())
+        right = [a == t.answer for t, a in zip(tasks, answers, strict=True)]
         stats = {
             "queries": len(events), "champion_version": champion.version,
-            "served_accuracy": sum(a == t.answer for t, a in zip(tasks, answers, strict=True)) / len(tasks),
+            "served_accuracy": sum(right) / len(tasks),
             "up": sum(e["rating"] == "up" for e in events), "down": sum(e["rating"] == "down" for e in events),
             "corrections": sum(e["correction"] is not None for e in events), "garbled": garbled,
         }
+        if drift is not None:
+            on_slice = [ok for t, ok in zip(tasks, right, strict=True) if f"{t.skill}/{t.tier}" == drift.slice]
+            stats |= {"drift_queries": len(on_slice), "drift_accuracy": sum(on_slice) / max(1, len(on_slice))}
         return name, stats

@@ -1,0 +1,72 @@
+"""The world live: users keep asking the current champion, and a feedback batch lands every interval.
+
+    rmi simulate --live [--interval 60] [--scenario drift] [--drift-after 2] [--batches N]
+
+With the drift scenario, after `drift_after` batches half of the users move to one slice the serving champion
+barely knows: the easiest slice above the tiers users asked so far on which it is right less than half the time.
+The world picks it by testing the champion, as a product team would notice a new kind of question; the pipeline
+only ever sees the feedback.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from .users import Drift, usual_tiers
+from .world import World
+
+DRIFT_SHARE = 0.5
+BARELY = 0.5  # the champion "barely knows" a slice it gets right less often than this
+PROBES = 200  # problems per slice the world tries the champion on to choose the drift
+
+
+def choose_drift(world: World, cycle: int, share: float = DRIFT_SHARE) -> Drift:
+    """The easiest slice above the usual tiers that the champion barely knows (else the one it knows least)."""
+    recipe = world.recipe
+    model = world.registry.load("champion", recipe)
+    rng = random.Random(f"drift-{world.settings.seed}")
+    asked = set(usual_tiers(recipe, cycle))
+    tiers = [t for t in recipe.tiers if t not in asked] or list(recipe.tiers)
+    scored = []
+    for tier in sorted(tiers):
+        for skill in recipe.skills:
+            tasks = recipe.sample_tasks(rng, PROBES, [skill], [tier])
+            scored.append((sum(recipe.correct(model, tasks)) / len(tasks), tier, skill))
+    barely = [s for s in scored if s[0] < BARELY]
+    accuracy, tier, skill = min(barely, key=lambda s: (s[1], s[0])) if barely else min(scored)
+    return Drift(skill, tier, share, accuracy)
+
+
+def run_live(world: World, *, interval: float, cycle: int, drift_after: int | None, batches: int | None,
+             stop: threading.Event, say: Callable[[str], None]) -> int:
+    """Land batches until `stop` is set (Ctrl-C) or `batches` have landed; returns how many landed."""
+    started = f"{datetime.now(UTC):%Y%m%dT%H%M%S}"  # a restart draws new users, not the same ones again
+    drift, landed = None, 0
+    say(f"live world: users of cycle {cycle} ask up to {max(usual_tiers(world.recipe, cycle))} digits; a batch "
+        f"of {world.settings.sim_queries_per_cycle} questions every {interval:g} s"
+        + (f"; drift after {drift_after} batches" if drift_after is not None else "") + " (Ctrl-C stops)")
+    while not stop.is_set() and (batches is None or landed < batches):
+        if drift is None and drift_after is not None and landed >= drift_after:
+            drift = choose_drift(world, cycle)
+            say(f"{_now()} drift: {drift.share:.0%} of users now ask {drift.slice}, where champion "
+                f"v{world.registry.version('champion').version} is right {drift.accuracy:.0%} of the time")
+        rng = random.Random(f"users-{world.settings.seed}-{cycle}-live-{started}-{landed}")
+        name, stats = world.serve(cycle, rng, f"live{landed:04d}", drift)
+        landed += 1
+        on_drift = (f" ({drift.slice}: {stats['drift_queries']} asked, right {stats['drift_accuracy']:.0%})"
+                    if drift else "")
+        say(f"{_now()} batch {landed}: {stats['queries']} questions to champion v{stats['champion_version']}, "
+            f"right {stats['served_accuracy']:.0%}{on_drift}; {stats['down']} thumbs-down, "
+            f"{stats['corrections']} corrections -> {name}")
+        if batches is not None and landed >= batches:
+            break
+        stop.wait(interval)
+    say(f"{_now()} live world stopped after {landed} batches")
+    return landed
+
+
+def _now() -> str:
+    return f"[{datetime.now():%H:%M:%S}]"

@@ -1,0 +1,79 @@
+"""`rmi simulate --live`: the world keeps landing batches from the champion, drifts when asked, stops on Ctrl-C."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from rmi_pipeline import layout
+from rmi_pipeline.cli import main
+from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
+from rmi_pipeline.resources import build_resources
+from rmi_pipeline.world.curators import curate_eval_suite
+
+
+@pytest.fixture
+def serving(rmi_env, monkeypatch):
+    """A home with an eval suite and an untrained champion serving: it barely knows anything."""
+    monkeypatch.setenv("RMI_SIM_QUERIES_PER_CYCLE", "400")
+    monkeypatch.setenv("RMI_SIM_MALFORMED_SHARE", "0")
+    resources = build_resources(rmi_env)
+    curate_eval_suite(resources["eval_store"], ArithmeticRecipe(), 20, seed=0)
+    torch.manual_seed(0)
+    registry = resources["registry"]
+    with registry.run("serving", tags={}) as run_id:
+        version = registry.register(run_id, ArithmeticRecipe().build_model(0.0, 1), tags={}).version
+    registry.promote(version, {"promoted_by": "test"})
+    return resources
+
+
+def landed(storage) -> dict[str, Counter]:
+    """Slices asked per landed batch file."""
+    recipe, out = ArithmeticRecipe(), {}
+    for key in sorted(storage.list(layout.INCOMING)):
+        lines = storage.read_bytes(key).decode().splitlines()
+        prompts = [json.loads(line)["prompt"] for line in lines]
+        out[key.rsplit("/", 1)[-1]] = Counter("{}/{}".format(*recipe.slice_of(p)) for p in prompts)
+    return out
+
+
+def test_live_drift_moves_half_the_users_to_a_slice_the_champion_barely_knows(serving, capsys):
+    assert main(["simulate", "--live", "--scenario", "drift", "--drift-after", "1", "--batches", "2",
+                 "--interval", "0"]) == 0
+    out = capsys.readouterr().out
+    batches = landed(serving["storage"])
+    assert len(batches) == 2 and all(name.startswith("live") for name in batches)
+    before, after = batches.values()
+    # users of cycle 1 ask up to 5 digits; the drift goes to the easiest slice above, which the champion fails
+    assert max(int(s.split("/")[1]) for s in before) == 5
+    drift, asked = after.most_common(1)[0]
+    assert drift in ("add/6", "sub/6") and before[drift] == 0 and asked == 200
+    assert f"drift: 50% of users now ask {drift}, where champion v1 is right 0%" in out
+    assert out.count("] batch ") == 2 and "live world stopped after 2 batches" in out
+
+
+def test_ctrl_c_stops_the_live_world_after_the_batch_in_flight(serving, rmi_env):
+    log = rmi_env.resolved_home / "live.log"
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "rmi"), "simulate", "--live", "--interval", "600"],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, env=os.environ.copy(),
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while " batch 1:" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert "live world stopped after 1 batches" in log.read_text()
+    assert len(landed(serving["storage"])) == 1
