@@ -88,14 +88,15 @@ def test_enough_new_feedback_starts_one_cycle_and_a_dataset_resets_the_count(rmi
         assert "0 new feedback events" in tick().skip_message
 
 
-def test_under_the_daemon_landed_feedback_becomes_a_promoted_champion_with_no_click(tmp_path):
-    """Real `dagster dev` (webserver + daemon): a file lands, and the sensors ingest it and run a cycle."""
+def test_under_the_daemon_feedback_becomes_a_champion_and_a_drift_starts_a_targeted_cycle_with_no_click(tmp_path):
+    """Real `dagster dev` (webserver + daemon): a file lands, and the sensors ingest it and run a cycle that promotes
+    a first champion. Then users drift to a slice it never served; health flags it and a targeted cycle starts."""
     from rmi_pipeline.cli import prepare_home
     from rmi_pipeline.settings import Settings
 
     home = tmp_path / "home"
-    env = {"RMI_BOOTSTRAP_STEPS": "300", "RMI_GATE_FIRST_FLOOR": "0", "RMI_CYCLE_MIN_NEW_EVENTS": "50",
-           "RMI_EVAL_ITEMS_PER_SLICE": "20", "RMI_REFRESHED_ITEMS_PER_SLICE": "20"}
+    env = {"RMI_BOOTSTRAP_STEPS": "300", "RMI_TRAIN_STEPS": "50", "RMI_GATE_FIRST_FLOOR": "0",
+           "RMI_CYCLE_MIN_NEW_EVENTS": "50", "RMI_EVAL_ITEMS_PER_SLICE": "20", "RMI_REFRESHED_ITEMS_PER_SLICE": "20"}
     with pytest.MonkeyPatch.context() as mp:
         for key, value in {"RMI_HOME": str(home), **env}.items():
             mp.setenv(key, value)
@@ -104,21 +105,42 @@ def test_under_the_daemon_landed_feedback_becomes_a_promoted_champion_with_no_cl
         resources = build_resources(settings)
         curate_eval_suite(resources["eval_store"], ArithmeticRecipe(), 20, seed=0)
         mp.delenv("DAGSTER_HOME")
+    # the events name model version 1: once v1 is champion they are its live feedback (thumbs up on add/1, add/2)
     resources["storage"].write_bytes(f"{layout.INCOMING}/landed.jsonl",
                                      "\n".join(event(i) for i in range(80)).encode())
     log = tmp_path / "dagster.log"
+    runs_query = ("{ runsOrError%s { ... on Runs { results { runId jobName status tags { key value } } } } }")
     with dagster_dev(home, log, **env) as ui:
-        def promotions():
-            data = ui('{ assetOrError(assetKey: {path: ["champion"]}) { ... on Asset { assetMaterializations(limit: 5)'
-                      ' { runId } } } }')
-            return (data["assetOrError"] or {}).get("assetMaterializations")
+        def materializations(asset: str) -> list:
+            data = ui(f'{{ assetOrError(assetKey: {{path: ["{asset}"]}}) {{ ... on Asset {{ assetMaterializations('
+                      'limit: 5) { runId metadataEntries { label ... on BoolMetadataEntry { boolValue } '
+                      '... on TextMetadataEntry { text } } } } } }')
+            return [{"runId": m["runId"], **{e["label"]: e.get("boolValue", e.get("text"))
+                                             for e in m["metadataEntries"]}}
+                    for m in (data["assetOrError"] or {}).get("assetMaterializations") or []]
 
-        promoted = wait_for(promotions, 300, "promotion", log)
-        runs = ui("{ runsOrError { ... on Runs { results { runId jobName status tags { key value } } } } }")
-    runs = runs["runsOrError"]["results"]
+        def health_of_v1() -> dict | None:
+            return next((m for m in materializations("champion_health") if m.get("champion_version") == "1"), None)
+
+        promoted = wait_for(lambda: materializations("champion"), 300, "promotion", log)
+        runs = ui(runs_query % "")["runsOrError"]["results"]
+        baseline = wait_for(health_of_v1, 120, "health check after the promotion", log)  # health_after_cycle
+        assert baseline["regressed"] is False
+        # users move to 5-digit subtraction, which v1 never served, and it answers them wrong
+        resources["storage"].write_bytes(f"{layout.INCOMING}/drifted.jsonl", "\n".join(
+            event(1000 + i, prompt=f"{50000 + i}-{10000 + i}=", completion="7", rating="down", correction="40000",
+                  skill="sub") for i in range(35)).encode())
+        targeted = wait_for(lambda: ui(runs_query % '(filter: {tags: [{key: "rmi/trigger", value: "regression"}]})')
+                            ["runsOrError"]["results"], 180, "regression-triggered cycle", log)
+        flagged = health_of_v1()
     cycle = next(r for r in runs if r["runId"] == promoted[0]["runId"])
     assert cycle["jobName"] == "improvement_cycle" and cycle["status"] == "SUCCESS"
     assert {"key": "rmi/trigger", "value": "new_feedback"} in cycle["tags"]
     ingest = [r for r in runs if r["jobName"] == "ingest_feedback"]
     assert len(ingest) == 1 and ingest[0]["status"] == "SUCCESS"
-    assert resources["registry"].version("champion") is not None
+    assert str(resources["registry"].version("champion").version) == "1"
+    assert flagged["regressed"] is True and flagged["regressed_slices"] == "sub/5" and flagged["new_slices"] == "sub/5"
+    assert len(targeted) == 1 and targeted[0]["jobName"] == "improvement_cycle"
+    tags = {t["key"]: t["value"] for t in targeted[0]["tags"]}
+    assert {k: tags.get(k) for k in ("rmi/trigger", "rmi/champion", "rmi/focus", "rmi/attempt")} == {
+        "rmi/trigger": "regression", "rmi/champion": "1", "rmi/focus": "sub/5", "rmi/attempt": "1"}

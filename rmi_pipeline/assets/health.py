@@ -4,6 +4,10 @@ Two signals per slice: the champion's exact match on the current eval suite (anc
 set pooled, and the mined hard cases), and the live thumbs-down rate of its latest rated answers in the warehouse.
 The first check of a champion records its baseline; later checks flag a slice whose score falls, or whose
 thumbs-down rate rises, past RMI_HEALTH_TOLERANCE. regression_sensor acts on the verdict.
+
+A slice users did not ask when the baseline was taken has no rate of its own to compare with: it is held to the
+rate users had then over all slices. So when users move to a kind of question the champion barely knows, what
+they experience regressed, and the check says so, though the model itself did not change.
 """
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
@@ -44,31 +48,39 @@ def champion_health(context: AssetExecutionContext, storage: ObjectStore, eval_s
         " AS down FROM (SELECT * FROM feedback_events WHERE model_version = ? AND rating IS NOT NULL"
         " AND tier IS NOT NULL ORDER BY ts DESC LIMIT ?) GROUP BY ALL ORDER BY slice",
         [str(champion.version), settings.health_window_events])
-    down = {r["slice"]: r["down"] for r in live.to_dicts() if r["rated"] >= MIN_RATED}
+    rows = live.to_dicts()
+    down = {r["slice"]: r["down"] for r in rows if r["rated"] >= MIN_RATED}
+    rated = sum(r["rated"] for r in rows)
+    down_all = sum(r["rated"] * r["down"] for r in rows) / rated if rated else None
 
     key = f"health/baseline-v{champion.version}.json"
     if not storage.exists(key):  # the champion's first check is its baseline
-        storage.write_json(key, {"scores": scores, "down": down})
+        storage.write_json(key, {"scores": scores, "down": down, "down_all": down_all})
     baseline = storage.read_json(key)
     if not baseline["down"] and down:  # no live feedback at the first check: the first that has it
-        baseline["down"] = down
+        baseline |= {"down": down, "down_all": down_all}
         storage.write_json(key, baseline)
+    # a slice new since the baseline is held to the rate users had over all slices then
+    held_to = {s: baseline["down"].get(s, baseline.get("down_all")) for s in down}
+    new_slices = sorted(s for s in down if s not in baseline["down"] and baseline["down"])
     tol = settings.health_tolerance
     regressed = sorted({s for s, v in scores.items() if s in baseline["scores"] and v < baseline["scores"][s] - tol}
-                       | {s for s, v in down.items() if s in baseline["down"] and v > baseline["down"][s] + tol})
+                       | {s for s, v in down.items() if held_to[s] is not None and v > held_to[s] + tol})
     lines = ["| slice | eval | baseline | thumbs-down | baseline |", "|---|---|---|---|---|"]
     for name in sorted(set(scores) | set(down)):
-        cells = [scores.get(name), baseline["scores"].get(name), down.get(name), baseline["down"].get(name)]
-        lines.append(f"| {name}{' (regressed)' if name in regressed else ''} | "
-                     + " | ".join("-" if c is None else f"{c:.2f}" for c in cells) + " |")
+        cells = [scores.get(name), baseline["scores"].get(name), down.get(name), held_to.get(name)]
+        lines.append(f"| {name}{' (regressed)' if name in regressed else ''}{' (new)' if name in new_slices else ''}"
+                     " | " + " | ".join("-" if c is None else f"{c:.2f}" for c in cells) + " |")
     if regressed:
         context.log.warning(f"champion v{champion.version} regressed on {', '.join(regressed)}")
     return MaterializeResult(metadata={
         "regressed": bool(regressed),
         "regressed_slices": ", ".join(regressed) or "none",
         "champion_version": str(champion.version),
+        "new_slices": ", ".join(new_slices) or "none",
         "eval_mean": sum(scores.values()) / len(scores),
-        **({"live_thumbs_down": sum(down.values()) / len(down)} if down else {}),
+        **({"live_thumbs_down": down_all} if down_all is not None else {}),
+        **({"baseline_thumbs_down": baseline["down_all"]} if baseline.get("down_all") is not None else {}),
         **{f"eval {k}": round(v, 4) for k, v in scores.items()},
         **{f"thumbs_down {k}": round(v, 4) for k, v in down.items()},
         "slices": MetadataValue.md("\n".join(lines)),

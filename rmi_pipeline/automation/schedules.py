@@ -1,4 +1,7 @@
-"""The health check runs on a schedule (hourly by default) and after every ingest."""
+"""The health check runs on a schedule (hourly by default), after every ingest and after every cycle.
+
+After a cycle, a new champion gets its baseline at once, and a champion a cycle failed to replace is checked again.
+"""
 
 from dagster import (
     DagsterRunStatus,
@@ -9,7 +12,7 @@ from dagster import (
     run_status_sensor,
 )
 
-from .jobs import health_check, ingest_feedback
+from .jobs import health_check, improvement_cycle, ingest_feedback
 
 
 def health_schedule(cron: str) -> ScheduleDefinition:
@@ -21,3 +24,9 @@ def health_schedule(cron: str) -> ScheduleDefinition:
                    default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30)
 def health_after_ingest(context):
     return RunRequest(run_key=f"health-after-{context.dagster_run.run_id}", tags={"rmi/trigger": "ingest"})
+
+
+@run_status_sensor(run_status=DagsterRunStatus.SUCCESS, monitored_jobs=[improvement_cycle], request_job=health_check,
+                   default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30)
+def health_after_cycle(context):
+    return RunRequest(run_key=f"health-after-{context.dagster_run.run_id}", tags={"rmi/trigger": "cycle"})

@@ -70,12 +70,13 @@ def enough_feedback_sensor(context: SensorEvaluationContext):
                       tags={"rmi/trigger": "new_feedback", "rmi/new_events": str(pending)})
 
 
-@sensor(job=improvement_cycle, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
+@sensor(job=improvement_cycle, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
 def regression_sensor(context: SensorEvaluationContext, notifier: Notifier):
     """A regressed champion_health starts a cycle aimed at the regressed slices (weighted, trained longer).
 
     Each champion gets RMI_REGRESSION_BUDGET such cycles, spaced by a doubling backoff; a challenger that fails
-    the gate uses one up like any other. When they are spent, a person is alerted once instead of looping."""
+    the gate uses one up like any other. When they are spent and the last one has finished, a person is alerted
+    once instead of looping. A verdict about a champion that has since been replaced waits for the new one's."""
     import time
 
     from dagster import AssetKey, DagsterRunStatus, RunsFilter
@@ -88,6 +89,12 @@ def regression_sensor(context: SensorEvaluationContext, notifier: Notifier):
     meta = latest[0].asset_materialization.metadata if latest else {}
     if "regressed" not in meta or not meta["regressed"].value:
         return SkipReason("the champion is healthy")
+    moved = instance.fetch_materializations(AssetKey("champion"), limit=1).records
+    if moved and moved[0].storage_id > latest[0].storage_id:
+        return SkipReason("the champion changed since the last health check: waiting for its own")
+    if any(r.status not in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
+           for r in instance.get_runs(RunsFilter(job_name=improvement_cycle.name), limit=5)):
+        return SkipReason("a cycle is already running")
     version, slices = meta["champion_version"].value, meta["regressed_slices"].value
     tags = {"rmi/trigger": "regression", "rmi/champion": version}
     attempts = instance.get_runs(RunsFilter(job_name=improvement_cycle.name, tags=tags))
@@ -96,9 +103,6 @@ def regression_sensor(context: SensorEvaluationContext, notifier: Notifier):
                         "not fix it. A person must look: data, recipe or eval.", key=f"budget-v{version}",
                         run_id=attempts[0].run_id)
         return SkipReason(f"regression budget spent for champion v{version} ({len(attempts)} attempts)")
-    if any(r.status not in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
-           for r in instance.get_runs(RunsFilter(job_name=improvement_cycle.name), limit=5)):
-        return SkipReason("a cycle is already running")
     if attempts:
         last = instance.get_run_record_by_id(attempts[0].run_id)
         wait = settings.regression_backoff_seconds * 2 ** (len(attempts) - 1)
@@ -106,7 +110,7 @@ def regression_sensor(context: SensorEvaluationContext, notifier: Notifier):
             return SkipReason(f"backing off {wait:.0f} s after attempt {len(attempts)}")
     focus = [s.strip() for s in slices.split(",") if s.strip() and s.strip() != "none"]
     return RunRequest(
-        run_key=f"regression-{latest[0].storage_id}",
+        run_key=f"regression-v{version}-{len(attempts) + 1}",  # one run per attempt, however many ticks ask
         run_config={"ops": {"candidate_model": {"config": {"focus": focus, "steps_multiplier": 2.0}}}},
         tags={**tags, "rmi/focus": slices[:200], "rmi/attempt": str(len(attempts) + 1)},
     )
