@@ -123,7 +123,6 @@ def test_under_the_daemon_feedback_becomes_a_champion_and_a_drift_starts_a_targe
             return next((m for m in materializations("champion_health") if m.get("champion_version") == "1"), None)
 
         promoted = wait_for(lambda: materializations("champion"), 300, "promotion", log)
-        runs = ui(runs_query % "")["runsOrError"]["results"]
         baseline = wait_for(health_of_v1, 120, "health check after the promotion", log)  # health_after_cycle
         assert baseline["regressed"] is False
         # users move to 5-digit subtraction, which v1 never served, and it answers them wrong
@@ -133,11 +132,12 @@ def test_under_the_daemon_feedback_becomes_a_champion_and_a_drift_starts_a_targe
         targeted = wait_for(lambda: ui(runs_query % '(filter: {tags: [{key: "rmi/trigger", value: "regression"}]})')
                             ["runsOrError"]["results"], 180, "regression-triggered cycle", log)
         flagged = health_of_v1()
+        runs = ui(runs_query % "")["runsOrError"]["results"]
     cycle = next(r for r in runs if r["runId"] == promoted[0]["runId"])
     assert cycle["jobName"] == "improvement_cycle" and cycle["status"] == "SUCCESS"
     assert {"key": "rmi/trigger", "value": "new_feedback"} in cycle["tags"]
     ingest = [r for r in runs if r["jobName"] == "ingest_feedback"]
-    assert len(ingest) == 1 and ingest[0]["status"] == "SUCCESS"
+    assert len(ingest) == 2 and {r["status"] for r in ingest} == {"SUCCESS"}  # landed.jsonl, drifted.jsonl
     assert str(resources["registry"].version("champion").version) == "1"
     assert flagged["regressed"] is True and flagged["regressed_slices"] == "sub/5" and flagged["new_slices"] == "sub/5"
     assert len(targeted) == 1 and targeted[0]["jobName"] == "improvement_cycle"
