@@ -10,4 +10,6 @@ ANCHOR = "anchor/suite.json"  # curated once, frozen: comparable across all cycl
 REFRESHED = "refreshed"  # a fresh set each cycle: no model can have seen it
 MINED = "mined"  # hard cases from feedback, held out by hash
 DATASETS = "datasets"
+CANDIDATE_CHECKPOINTS = "checkpoints/candidates"  # written by the training program, one per run
+CHAMPION_CHECKPOINTS = "checkpoints/champions"  # a champion's weights where a training program can read them
 EVALUATIONS = "evaluations"

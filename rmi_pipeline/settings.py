@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     precision: str = Field(default="auto", description="auto: bf16-mixed on a GPU, 32-true on a CPU.")
     num_nodes: int = Field(default=1, description="Machines in a distributed training.")
     model_size: str = Field(default="tiny", description="Size of a first model: tiny (0.1M, CPU) or gpu (85M).")
+    training_launcher: str = Field(default="subprocess", description="How candidate_model starts the training "
+                                   "program through Dagster Pipes: subprocess, or 'module:function' returning a "
+                                   "Pipes client such as a PipesK8sClient (deploy/README.md).")
 
     # evals and the promotion gate
     eval_url: str | None = Field(default=None, description="Sealed eval store (may be another bucket); default "

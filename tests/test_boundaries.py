@@ -7,11 +7,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_pipeline_never_imports_the_world_and_model_code_never_imports_dagster():
+def test_pipeline_never_imports_the_world_and_model_code_and_training_program_never_import_dagster():
     lint = Path(sys.executable).parent / "lint-imports"
     out = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "2 kept, 0 broken" in out.stdout
+    assert "3 kept, 0 broken" in out.stdout
 
 
 def test_code_passes_ruff():

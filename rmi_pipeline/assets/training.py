@@ -1,20 +1,28 @@
 """The candidate model: Lightning training on the latest dataset, warm-started from the champion.
 
-Each training is an MLflow run (params, loss curve, checkpoint) and a registered model version with the
-alias `challenger`, tagged so that any model leads back to its dataset, feedback batches, run and code.
+Training runs out of this process, in the training program (`python -m rmi_pipeline.train_candidate`), launched
+through Dagster Pipes by the `training_launcher` resource: a local subprocess by default, a Kubernetes pod in a
+deployment. The program streams its progress here and reports its metrics and checkpoint; this asset then
+registers that checkpoint once, as an MLflow model version with the alias `challenger`, tagged so that any
+model leads back to its dataset, feedback batches, run and code.
 """
 
 
 import subprocess
+import sys
+import tempfile
+import warnings
 from pathlib import Path
 
-from dagster import AssetExecutionContext, Config, MaterializeResult, asset
+from dagster import AssetExecutionContext, Config, MaterializeResult, PipesClient, PreviewWarning, ResourceParam, asset
 
 from .. import layout
 from ..resources.registry import ModelRegistry
 from ..resources.storage import ObjectStore
 from ..settings import Settings
 from .dataset import training_dataset
+
+TRAINING_PROGRAM = [sys.executable, "-m", "rmi_pipeline.train_candidate"]
 
 
 class CandidateConfig(Config):
@@ -27,34 +35,14 @@ class CandidateConfig(Config):
 
 @asset(deps=[training_dataset], group_name="training", kinds={"pytorch", "mlflow"})
 def candidate_model(context: AssetExecutionContext, config: CandidateConfig, storage: ObjectStore,
-                    registry: ModelRegistry) -> MaterializeResult:
-    import torch
-
-    from ..ml.train import fit
-    from ..recipes.base import load_recipe
-
+                    registry: ModelRegistry, training_launcher: ResourceParam[PipesClient]) -> MaterializeResult:
     settings = Settings()
-    recipe = load_recipe(settings.recipe)
     version = storage.read_json(f"{layout.DATASETS}/latest.json")["version"]
     manifest = storage.read_json(f"{layout.DATASETS}/{version}/manifest.json")
-    data = storage.read_parquet(f"{layout.DATASETS}/{version}/train.parquet")
-    tokens, mask = recipe.encode(data["prompt"].to_list(), data["target"].to_list())
-    weights = torch.tensor(data["weight"].to_numpy())
-    if config.focus:
-        in_focus = torch.tensor([f"{s}/{t}" in config.focus for s, t in zip(data["skill"], data["tier"], strict=True)])
-        weights = torch.where(in_focus, weights * config.focus_weight, weights)
-
     champion = registry.version("champion")
     steps = int((settings.train_steps if champion else settings.bootstrap_steps) * config.steps_multiplier)
     max_seconds = settings.train_max_seconds if champion else settings.bootstrap_max_seconds
     seed = settings.seed + int(champion.version) if champion else settings.seed
-    torch.manual_seed(seed)  # the same dataset and seed give the same candidate
-    if champion:  # warm start: the champion's architecture and weights, a fresh optimizer
-        checkpoint = registry.load_weights(champion.version)[1]
-        module = recipe.build_model(settings.learning_rate, steps, config=checkpoint["config"])
-        module.load_state_dict(checkpoint["state_dict"])
-    else:
-        module = recipe.build_model(settings.learning_rate, steps, size=settings.model_size)
     run_id_dagster = context.run.run_id
     lineage = {
         "dataset_version": version,
@@ -65,33 +53,69 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, sto
         "recipe": settings.recipe,
         "warm_start_from": champion.version if champion else "scratch",
     }
+    checkpoint_key = f"{layout.CANDIDATE_CHECKPOINTS}/{run_id_dagster}.pt"
+    extras = {
+        "recipe": settings.recipe,
+        "dataset_version": version,
+        "dataset_uri": storage.uri(f"{layout.DATASETS}/{version}/train.parquet"),
+        "storage_options": {"endpoint_url": settings.s3_endpoint_url} if settings.s3_endpoint_url else {},
+        "warm_start_uri": _warm_start(champion.version, storage, registry) if champion else None,
+        "checkpoint_uri": storage.uri(checkpoint_key),
+        "model_size": settings.model_size,
+        "steps": steps, "max_seconds": max_seconds, "seed": seed,
+        "batch_size": settings.batch_size, "learning_rate": settings.learning_rate,
+        "focus": list(config.focus), "focus_weight": config.focus_weight,
+        "trainer": {"accelerator": settings.accelerator, "devices": settings.devices, "strategy": settings.strategy,
+                    "precision": settings.precision, "num_nodes": settings.num_nodes},
+    }
     with registry.run(f"candidate-{version}", tags=lineage) as run_id:
         client = registry.client()
         params = {"steps": steps, "batch_size": settings.batch_size, "learning_rate": settings.learning_rate,
-                  "max_seconds": max_seconds, "seed": seed, "rows": len(data),
-                  "focus": ",".join(config.focus) or "none",
-                  "parameters": sum(p.numel() for p in module.parameters()), **settings.trainer_options()}
+                  "max_seconds": max_seconds, "seed": seed, "focus": ",".join(config.focus) or "none"}
+        with warnings.catch_warnings():  # Dagster's own Pipes session calls one of its preview APIs
+            warnings.simplefilter("ignore", PreviewWarning)
+            invocation = training_launcher.run(context=context, command=TRAINING_PROGRAM, extras=extras)
+        reported = {k: v.value for k, v in invocation.get_materialize_result().metadata.items()}
+        params |= {"rows": reported["rows"], "parameters": reported["parameters"],
+                   **{k.removeprefix("trainer_"): v for k, v in reported.items() if k.startswith("trainer_")}}
         for key, value in params.items():
             client.log_param(run_id, key, value)
-
-        def report(step: int, total: int, loss: float) -> None:
-            client.log_metric(run_id, "train_loss", loss, step=step)
-            context.log.info(f"training step {step}/{total} loss {loss:.4f}")
-
-        result = fit(module, tokens, mask, weights, max_steps=steps, max_seconds=max_seconds,
-                     batch_size=settings.batch_size, seed=seed, trainer=settings.trainer_options(), report=report)
-        metrics = {"final_loss": result.final_loss, "steps_done": result.steps, "train_seconds": result.seconds,
-                   "steps_per_second": result.steps / max(result.seconds, 1e-9)}
+        _log_loss_curve(client, run_id, invocation.get_custom_messages())
+        metrics = {k: reported[k] for k in ("final_loss", "steps_done", "train_seconds", "steps_per_second")}
+        metrics |= {k: v for k, v in reported.items() if k.startswith(("loss_", "rows_"))}  # per mix source
         for key, value in metrics.items():
             client.log_metric(run_id, key, value)
-        mv = registry.register(run_id, module, tags=lineage)
-    if result.stopped_by_time:
-        context.log.warning(f"training stopped by its time cap after {result.steps}/{steps} steps")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.pt"
+            path.write_bytes(storage.read_bytes(checkpoint_key))
+            mv = registry.register_checkpoint(run_id, path, tags=lineage)
+    if reported["stopped_by_time"]:
+        context.log.warning(f"training stopped by its time cap after {reported['steps_done']}/{steps} steps")
     return MaterializeResult(metadata={
         "model_version": mv.version, "mlflow_run_id": run_id, **lineage,
         **{k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()},
-        "stopped_by_time": result.stopped_by_time,
+        "stopped_by_time": reported["stopped_by_time"], "world_size": reported["world_size"],
+        "checkpoint": storage.uri(checkpoint_key),
     })
+
+
+def _warm_start(version: str, storage: ObjectStore, registry: ModelRegistry) -> str:
+    """The champion's checkpoint in the object store, where the training program can read it (copied from the
+    registry once per champion: a training pod needs no access to MLflow)."""
+    key = f"{layout.CHAMPION_CHECKPOINTS}/v{version}.pt"
+    if not storage.exists(key):
+        with tempfile.TemporaryDirectory() as tmp:
+            storage.write_bytes(key, registry.download_checkpoint(version, tmp)[1].read_bytes())
+    return storage.uri(key)
+
+
+def _log_loss_curve(client, run_id: str, points: list[dict]) -> None:
+    """The loss the program reported while training, as the run's train_loss metric, at its steps and times."""
+    from mlflow.entities import Metric
+
+    metrics = [Metric("train_loss", p["train_loss"], p["timestamp_ms"], p["step"]) for p in points]
+    for start in range(0, len(metrics), 1000):  # MLflow takes at most 1000 metrics per batch
+        client.log_batch(run_id, metrics=metrics[start:start + 1000])
 
 
 def _joined(batches: list[str], limit: int = 4000) -> str:

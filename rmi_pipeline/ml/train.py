@@ -2,6 +2,11 @@
 
 Rows are drawn with replacement by weight, so a dataset can say "half of every batch from new
 feedback" without copying rows. The time bound keeps a cycle short when the CPUs are shared.
+
+Under DDP `batch_size` stays the rows of one optimizer step: each of the N processes takes batch_size / N
+rows, drawn by its own sampler seeded with (seed, rank). Lightning would instead wrap our
+WeightedRandomSampler in a DistributedSamplerWrapper, which makes every rank draw the whole run's indices and
+keep a strided share of them; drawing with replacement per rank gives the same distribution directly.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import lightning as L
@@ -22,23 +27,65 @@ from torch.utils.data import DataLoader, TensorDataset, WeightedRandomSampler
 class FitResult:
     steps: int
     seconds: float
-    final_loss: float
+    final_loss: float  # mean over the last batches of every process
     stopped_by_time: bool
+    world_size: int = 1
+    source_loss: dict[int, float] = field(default_factory=dict)  # mean loss per row source over the whole fit
+    is_global_zero: bool = True  # the one process that may write checkpoints and report
 
 
 class _Progress(L.Callback):
-    """Reports (step, total, loss) about twenty times per fit, and keeps a running mean of the loss."""
+    """Reports (step, total, loss) about twenty times per fit from the first process; the loss is the running
+    mean of the last batches, averaged over all processes."""
 
-    def __init__(self, total: int, report: Callable[[int, int, float], None] | None):
-        self.total, self.report = total, report
+    def __init__(self, total: int, report: Callable[[int, int, float], None] | None, sources: int = 0):
+        self.total, self.report, self.sources = total, report, sources
+        self.source_sums, self.source_rows = torch.zeros(sources), torch.zeros(sources, dtype=torch.long)
         self.every = max(1, total // 20)
         self.recent: list[float] = []
+        self.final_loss = float("nan")
+
+    def _mean(self, trainer) -> float:
+        local = torch.tensor(sum(self.recent) / max(1, len(self.recent)), device=trainer.strategy.root_device)
+        return float(trainer.strategy.reduce(local, reduce_op="mean"))  # every rank calls it at the same step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.recent = (self.recent + [float(outputs["loss"])])[-50:]
+        if outputs.get("source") is not None:  # each source's rows: running sums of loss and count
+            sums = torch.zeros(self.sources).index_add_(0, outputs["source"].cpu(), outputs["row_loss"].float().cpu())
+            self.source_sums += sums
+            self.source_rows += torch.bincount(outputs["source"].cpu(), minlength=self.sources)
         step = trainer.global_step
-        if self.report and (step % self.every == 0 or step == self.total):
-            self.report(step, self.total, sum(self.recent) / len(self.recent))
+        if step % self.every == 0 or step == self.total:
+            loss = self._mean(trainer)
+            if self.report and trainer.is_global_zero:
+                self.report(step, self.total, loss)
+
+    def on_train_end(self, trainer, pl_module):
+        self.final_loss = self._mean(trainer)
+
+
+class _WeightedRows(L.LightningDataModule):
+    """Each process draws its own share of every batch, with replacement by weight, seeded by (seed, rank)."""
+
+    def __init__(self, rows: TensorDataset, weights: torch.Tensor, steps: int, batch_size: int, seed: int):
+        super().__init__()
+        self.rows, self.weights, self.steps, self.batch_size, self.seed = rows, weights, steps, batch_size, seed
+
+    def train_dataloader(self) -> DataLoader:
+        world, rank = self.trainer.world_size, self.trainer.global_rank
+        if self.batch_size % world:
+            raise ValueError(f"batch size {self.batch_size} does not split evenly over {world} processes")
+        share = self.batch_size // world
+        return DataLoader(self.rows, batch_size=share, sampler=rank_sampler(self.weights, self.steps * share,
+                                                                            self.seed, rank))
+
+
+def rank_sampler(weights: torch.Tensor, rows: int, seed: int, rank: int) -> WeightedRandomSampler:
+    """The rows one process trains on: drawn with replacement by weight, seeded by (seed, rank), so each process
+    of a DDP run draws its own share and rank 0 draws what a single process would."""
+    generator = torch.Generator().manual_seed(seed + 1_000_003 * rank)
+    return WeightedRandomSampler(weights, num_samples=rows, replacement=True, generator=generator)
 
 
 def fit(
@@ -54,22 +101,27 @@ def fit(
     trainer: dict | None = None,
     loggers: list | None = None,
     report: Callable[[int, int, float], None] | None = None,
+    scales: torch.Tensor | None = None,
+    sources: torch.Tensor | None = None,
 ) -> FitResult:
+    """`scales` multiply each row's loss (RL advantages); `sources` (row source ids) get their loss followed."""
     if len(tokens) == 0:
         raise ValueError("cannot train on an empty dataset")
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", module="lightning")
     L.seed_everything(seed, workers=True, verbose=False)
     weights = torch.ones(len(tokens)) if weights is None else weights.double()
-    generator = torch.Generator().manual_seed(seed)
-    sampler = WeightedRandomSampler(weights, num_samples=max_steps * batch_size, replacement=True,
-                                    generator=generator)
-    loader = DataLoader(TensorDataset(tokens, loss_mask), batch_size=batch_size, sampler=sampler)
-    progress = _Progress(max_steps, report)
+    columns = [tokens, loss_mask]
+    if scales is not None or sources is not None:
+        columns += [torch.ones(len(tokens)) if scales is None else scales.float(),
+                    torch.zeros(len(tokens), dtype=torch.long) if sources is None else sources.long()]
+    rows = _WeightedRows(TensorDataset(*columns), weights, max_steps, batch_size, seed)
+    progress = _Progress(max_steps, report, int(sources.max()) + 1 if sources is not None else 0)
     trainer = L.Trainer(
         max_steps=max_steps,
         max_time=timedelta(seconds=max_seconds),
         **{"accelerator": "auto", "devices": 1, **(trainer or {})},
+        use_distributed_sampler=False,  # _WeightedRows shards by rank itself
         logger=loggers or False,
         callbacks=[progress],
         enable_checkpointing=False,
@@ -78,11 +130,14 @@ def fit(
         log_every_n_steps=max(1, max_steps // 50),
     )
     started = time.perf_counter()
-    trainer.fit(module, loader)
+    trainer.fit(module, datamodule=rows)
     steps = trainer.global_step
     return FitResult(
         steps=steps,
         seconds=time.perf_counter() - started,
-        final_loss=sum(progress.recent) / max(1, len(progress.recent)),
+        final_loss=progress.final_loss,
         stopped_by_time=steps < max_steps,
+        world_size=trainer.world_size,
+        is_global_zero=trainer.is_global_zero,
+        source_loss={i: float(progress.source_sums[i] / n) for i, n in enumerate(progress.source_rows.tolist()) if n},
     )

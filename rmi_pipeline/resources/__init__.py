@@ -8,6 +8,7 @@ from ..settings import Settings
 from .notifier import Notifier
 from .registry import ModelRegistry
 from .storage import ObjectStore
+from .training_launcher import build_training_launcher
 from .warehouse import Warehouse
 
 
@@ -27,4 +28,5 @@ def build_resources(settings: Settings) -> dict:
             artifact_root=f"file://{settings.resolved_home / 'mlartifacts'}",
             model_name=settings.model_name,
         ),
+        "training_launcher": build_training_launcher(settings.training_launcher),
     }

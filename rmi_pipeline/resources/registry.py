@@ -62,14 +62,21 @@ class ModelRegistry(ConfigurableResource):
             return None
 
     def register(self, run_id: str, module, tags: dict[str, str]):
-        """Log the checkpoint to the run, create a model version from it and point `challenger` at it."""
+        """Log the module's checkpoint to the run, create a model version from it and point `challenger` at it."""
         import torch
 
-        client = self.client()
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "model.pt"
             torch.save({"config": dict(module.hparams["config"]), "state_dict": module.state_dict()}, path)
-            client.log_artifact(run_id, str(path), artifact_path="checkpoint")
+            return self.register_checkpoint(run_id, path, tags)
+
+    def register_checkpoint(self, run_id: str, path: Path, tags: dict[str, str]):
+        """Log a checkpoint file (config and state_dict) as the run's `checkpoint/model.pt`, create a model
+        version from it and point `challenger` at it."""
+        client = self.client()
+        if path.name != "model.pt":  # the artifact keeps the file's name
+            raise ValueError(f"a checkpoint to register must be named model.pt, not {path.name}")
+        client.log_artifact(run_id, str(path), artifact_path="checkpoint")
         try:
             client.get_registered_model(self.model_name)
         except Exception:
@@ -80,11 +87,9 @@ class ModelRegistry(ConfigurableResource):
         client.set_registered_model_alias(self.model_name, CHALLENGER, mv.version)
         return mv
 
-    def load_weights(self, reference: str | int) -> tuple[str, dict]:
-        """(version, checkpoint) behind 'champion', 'challenger' or a version number; the checkpoint holds the
-        model's `config` and its `state_dict`."""
+    def download_checkpoint(self, reference: str | int, directory: str) -> tuple[str, Path]:
+        """(version, local file) of the checkpoint behind 'champion', 'challenger' or a version number."""
         import mlflow
-        import torch
 
         client = self.client()
         if str(reference).isdigit():
@@ -95,8 +100,17 @@ class ModelRegistry(ConfigurableResource):
                 raise LookupError(f"model {self.model_name!r} has no version with alias {reference!r}")
             version = mv.version
         source = client.get_model_version_download_uri(self.model_name, version)
+        # mlflow-artifacts:/ sources (a tracking server) resolve against our URI, not MLflow's global one
+        return version, Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=directory,
+                                                                 tracking_uri=self.tracking_uri))
+
+    def load_weights(self, reference: str | int) -> tuple[str, dict]:
+        """(version, checkpoint) behind 'champion', 'challenger' or a version number; the checkpoint holds the
+        model's `config` and its `state_dict`."""
+        import torch
+
         with tempfile.TemporaryDirectory() as tmp:
-            file = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=tmp))
+            version, file = self.download_checkpoint(reference, tmp)
             checkpoint = torch.load(file, map_location="cpu", weights_only=True)  # never unpickle code
         return version, checkpoint
 

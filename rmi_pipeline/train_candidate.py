@@ -1,0 +1,133 @@
+"""The training program: one candidate trained outside the orchestrator's process, through Dagster Pipes.
+
+    python -m rmi_pipeline.train_candidate      (launched by the candidate_model asset, never by hand)
+
+candidate_model starts it with a Pipes client: a local subprocess by default, a Kubernetes pod in a deployment
+(deploy/README.md). Everything it needs arrives as Pipes extras; it reads the dataset and the warm-start
+checkpoint from the object store, trains with ml/train.fit, writes its checkpoint back to the object store and
+reports progress, the loss curve and its metrics to Dagster. It never talks to MLflow (the asset registers the
+model from the reported checkpoint), so a training pod needs the object store and nothing else. It imports
+dagster_pipes, never dagster.
+
+Under DDP Lightning starts this module again for every other process. Those read the same Pipes context but
+never open the message channel: only global rank 0 reports and writes.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from dagster_pipes import PipesDefaultContextLoader, PipesEnvVarParamsLoader, open_dagster_pipes
+
+RANK_VARIABLES = ("RANK", "NODE_RANK", "GROUP_RANK", "LOCAL_RANK")  # set by Lightning, torchrun or a job operator
+
+
+def is_global_zero() -> bool:
+    """Decided from the environment before any training starts: Lightning sets LOCAL_RANK for the processes it
+    starts, a multi-node launcher sets NODE_RANK or RANK."""
+    return all(os.environ.get(name, "0") == "0" for name in RANK_VARIABLES)
+
+
+def read_extras() -> Mapping[str, Any]:
+    """The extras of the Pipes context, without opening the message channel (for ranks other than 0)."""
+    params = PipesEnvVarParamsLoader().load_context_params()
+    with PipesDefaultContextLoader().load_context(params) as data:
+        return data["extras"]
+
+
+def _read(uri: str, options: Mapping[str, Any]) -> bytes:
+    import fsspec
+
+    with fsspec.open(uri, "rb", **_for(uri, options)) as f:
+        return f.read()
+
+
+def _write(uri: str, data: bytes, options: Mapping[str, Any]) -> None:
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(uri, **_for(uri, options))
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    fs.pipe_file(path, data)
+
+
+def _for(uri: str, options: Mapping[str, Any]) -> dict:
+    """Storage options apply to the object store's protocol only (an S3 endpoint means nothing to file://)."""
+    return dict(options) if uri.startswith(("s3://", "s3a://")) else {}
+
+
+def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
+    """Train one candidate; on global rank 0 write its checkpoint and return the metrics to report."""
+    import polars as pl
+    import torch
+
+    from .ml.train import fit
+    from .recipes.base import load_recipe
+    from .settings import Settings
+
+    recipe = load_recipe(extras["recipe"])
+    storage = extras.get("storage_options") or {}
+    data = pl.read_parquet(io.BytesIO(_read(extras["dataset_uri"], storage)))
+    tokens, mask = recipe.encode(data["prompt"].to_list(), data["target"].to_list())
+    weights = torch.tensor(data["weight"].to_numpy())
+    names = data["mix"].unique(maintain_order=True).to_list()  # the training mix's sources present
+    sources = torch.tensor(data["mix"].replace_strict({n: i for i, n in enumerate(names)}).to_numpy())
+    scales = torch.tensor(data["scale"].to_numpy())
+    focus = set(extras.get("focus") or [])
+    if focus:  # a regression cycle: weight the regressed slices up
+        in_focus = torch.tensor([f"{s}/{t}" in focus for s, t in zip(data["skill"], data["tier"], strict=True)])
+        weights = torch.where(in_focus, weights * extras["focus_weight"], weights)
+
+    steps, seed = int(extras["steps"]), int(extras["seed"])
+    torch.manual_seed(seed)  # the same dataset and seed give the same candidate
+    if extras.get("warm_start_uri"):  # the champion's architecture and weights, a fresh optimizer
+        checkpoint = torch.load(io.BytesIO(_read(extras["warm_start_uri"], storage)), map_location="cpu",
+                                weights_only=True)  # never unpickle code
+        module = recipe.build_model(extras["learning_rate"], steps, config=checkpoint["config"])
+        module.load_state_dict(checkpoint["state_dict"])
+    else:
+        module = recipe.build_model(extras["learning_rate"], steps, size=extras["model_size"])
+    trainer = Settings(**extras["trainer"]).trainer_options()  # resolved here: "auto" means this machine's GPU
+
+    def report(step: int, total: int, loss: float) -> None:
+        pipes.log.info(f"training step {step}/{total} loss {loss:.4f}")
+        pipes.report_custom_message({"train_loss": loss, "step": step, "timestamp_ms": int(time.time() * 1000)})
+
+    result = fit(module, tokens, mask, weights, max_steps=steps, max_seconds=extras["max_seconds"],
+                 batch_size=extras["batch_size"], seed=seed, trainer=trainer,
+                 report=report if pipes is not None else None, scales=scales, sources=sources)
+    if not result.is_global_zero:
+        return None
+    buffer = io.BytesIO()
+    torch.save({"config": dict(module.hparams["config"]), "state_dict": module.state_dict()}, buffer)
+    _write(extras["checkpoint_uri"], buffer.getvalue(), storage)
+    return {
+        "final_loss": result.final_loss, "steps_done": result.steps, "train_seconds": result.seconds,
+        "steps_per_second": result.steps / max(result.seconds, 1e-9), "stopped_by_time": result.stopped_by_time,
+        "world_size": result.world_size, "parameters": sum(p.numel() for p in module.parameters()),
+        "rows": len(data), "checkpoint": extras["checkpoint_uri"],
+        **{f"loss_{names[i]}": loss for i, loss in result.source_loss.items()},
+        **{f"rows_{n}": int((data["mix"] == n).sum()) for n in names},
+        **{f"trainer_{k}": str(v) for k, v in trainer.items()},
+    }
+
+
+def main() -> int:
+    if not PipesEnvVarParamsLoader().is_dagster_pipes_process():
+        print("train_candidate runs under Dagster Pipes: materialize candidate_model instead", file=sys.stderr)
+        return 2
+    if not is_global_zero():
+        train(read_extras())
+        return 0
+    with open_dagster_pipes() as pipes:
+        metrics = train(pipes.extras, pipes)
+        pipes.report_asset_materialization(metadata=metrics)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
