@@ -31,13 +31,17 @@ QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 def prepare_home(settings: Settings, fresh: bool = False) -> Path:
     """RMI_HOME with Dagster's instance inside it; `fresh` removes only what the loop itself wrote."""
     home = settings.resolved_home
+    template = REPO_ROOT / "dagster.yaml"
+    if settings.dagster_yaml is not None:  # e.g. deploy/dagster.yaml: its env vars stay env vars, read by Dagster
+        template = settings.dagster_yaml.expanduser()
+        if not template.is_file():
+            raise FileNotFoundError(f"RMI_DAGSTER_YAML={template} is not a file")
     if fresh:
         for name in STATE:
             target = home / name
             shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
     settings.dagster_home.mkdir(parents=True, exist_ok=True)
     config = settings.dagster_home / "dagster.yaml"
-    template = REPO_ROOT / "dagster.yaml"
     if template.exists():
         shutil.copyfile(template, config)
     elif not config.exists():

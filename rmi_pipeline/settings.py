@@ -19,6 +19,8 @@ class Settings(BaseSettings):
     storage_url: str | None = Field(default=None, description="Object store root; default file://HOME/store.")
     warehouse_path: Path | None = Field(default=None, description="DuckDB file; default HOME/warehouse.duckdb.")
     mlflow_tracking_uri: str | None = Field(default=None, description="Default sqlite:///HOME/mlflow.db.")
+    dagster_yaml: Path | None = Field(default=None, description="Dagster instance config that rmi copies into "
+                                      "HOME/dagster; default the repo's dagster.yaml (sqlite under HOME).")
     model_name: str = Field(default="rmi-arithmetic", description="Registered model name in MLflow.")
     recipe: str = Field(
         default="rmi_pipeline.recipes.arithmetic:ArithmeticRecipe",

@@ -25,7 +25,9 @@ def build_resources(settings: Settings) -> dict:
                              state_path=str(settings.resolved_home / "alerts_sent.json")),
         "registry": ModelRegistry(
             tracking_uri=settings.resolved_tracking_uri,
-            artifact_root=f"file://{settings.resolved_home / 'mlartifacts'}",
+            # a tracking server (http[s]://) stores artifacts itself, e.g. on S3; a database URI needs a root here
+            artifact_root=None if settings.resolved_tracking_uri.startswith(("http://", "https://"))
+            else f"file://{settings.resolved_home / 'mlartifacts'}",
             model_name=settings.model_name,
         ),
         "training_launcher": build_training_launcher(settings.training_launcher),

@@ -19,7 +19,7 @@ CHECKPOINT = "checkpoint/model.pt"
 
 class ModelRegistry(ConfigurableResource):
     tracking_uri: str
-    artifact_root: str
+    artifact_root: str | None = None  # None: a tracking server keeps artifacts where its --artifacts-destination says
     model_name: str
     experiment: str = "rmi-improvement-cycles"
 
@@ -36,7 +36,8 @@ class ModelRegistry(ConfigurableResource):
         exp = client.get_experiment_by_name(self.experiment)
         if exp is not None:
             return exp.experiment_id
-        Path(self.artifact_root.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+        if self.artifact_root and self.artifact_root.startswith("file://"):
+            Path(self.artifact_root.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
         return client.create_experiment(self.experiment, artifact_location=self.artifact_root)
 
     @contextmanager
