@@ -74,9 +74,6 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     data = pl.read_parquet(io.BytesIO(_read(extras["dataset_uri"], storage)))
     tokens, mask = recipe.encode(data["prompt"].to_list(), data["target"].to_list())
     weights = torch.tensor(data["weight"].to_numpy())
-    names = data["mix"].unique(maintain_order=True).to_list()  # the training mix's sources present
-    sources = torch.tensor(data["mix"].replace_strict({n: i for i, n in enumerate(names)}).to_numpy())
-    scales = torch.tensor(data["scale"].to_numpy())
     focus = set(extras.get("focus") or [])
     if focus:  # a regression cycle: weight the regressed slices up
         in_focus = torch.tensor([f"{s}/{t}" in focus for s, t in zip(data["skill"], data["tier"], strict=True)])
@@ -99,7 +96,7 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
 
     result = fit(module, tokens, mask, weights, max_steps=steps, max_seconds=extras["max_seconds"],
                  batch_size=extras["batch_size"], seed=seed, trainer=trainer,
-                 report=report if pipes is not None else None, scales=scales, sources=sources)
+                 report=report if pipes is not None else None)
     if not result.is_global_zero:
         return None
     buffer = io.BytesIO()
@@ -110,8 +107,6 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
         "steps_per_second": result.steps / max(result.seconds, 1e-9), "stopped_by_time": result.stopped_by_time,
         "world_size": result.world_size, "parameters": sum(p.numel() for p in module.parameters()),
         "rows": len(data), "checkpoint": extras["checkpoint_uri"],
-        **{f"loss_{names[i]}": loss for i, loss in result.source_loss.items()},
-        **{f"rows_{n}": int((data["mix"] == n).sum()) for n in names},
         **{f"trainer_{k}": str(v) for k, v in trainer.items()},
     }
 
