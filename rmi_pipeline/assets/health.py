@@ -3,11 +3,15 @@
 Two signals per slice: the champion's exact match on the current eval suite (anchor and this cycle's refreshed
 set pooled, and the mined hard cases), and the live thumbs-down rate of its latest rated answers in the warehouse.
 The first check of a champion records its baseline; later checks flag a slice whose score falls, or whose
-thumbs-down rate rises, past RMI_HEALTH_TOLERANCE. regression_sensor acts on the verdict.
+thumbs-down rate rises, past RMI_HEALTH_TOLERANCE. regression_sensor acts on the verdict. The mined hard cases are
+shown, not judged: they are the champion's own failures that users corrected, so its score on them falls each time
+new ones are mined, with nothing wrong.
 
-A slice users did not ask when the baseline was taken has no rate of its own to compare with: it is held to the
-rate users had then over all slices. So when users move to a kind of question the champion barely knows, what
-they experience regressed, and the check says so, though the model itself did not change.
+The live baseline is what users had just before the champion started serving: the rates of the latest answers of
+the models before it (for the very first champion, its own first rated answers). A slice without a baseline rate
+of its own is held to the rate users had then over all slices. So when users move to a kind of question the
+champion barely knows, what they experience regressed, and the check says so, though the model did not change;
+and a drift that begins just as a new champion starts serving is caught the same way.
 """
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
@@ -43,28 +47,22 @@ def champion_health(context: AssetExecutionContext, storage: ObjectStore, eval_s
         hits.setdefault(f"{task.skill}/{task.tier}" if n < len(items) else f"mined/{task.skill}", []).append(ok)
     scores = {name: sum(h) / len(h) for name, h in sorted(hits.items())}
 
-    live = warehouse.query(
-        "SELECT skill || '/' || tier AS slice, count(*) AS rated, avg(CASE WHEN rating = 'down' THEN 1.0 ELSE 0.0 END)"
-        " AS down FROM (SELECT * FROM feedback_events WHERE model_version = ? AND rating IS NOT NULL"
-        " AND tier IS NOT NULL ORDER BY ts DESC LIMIT ?) GROUP BY ALL ORDER BY slice",
-        [str(champion.version), settings.health_window_events])
-    rows = live.to_dicts()
-    down = {r["slice"]: r["down"] for r in rows if r["rated"] >= MIN_RATED}
-    rated = sum(r["rated"] for r in rows)
-    down_all = sum(r["rated"] * r["down"] for r in rows) / rated if rated else None
+    down, down_all = live_rates(warehouse, str(champion.version), settings.health_window_events)
 
     key = f"health/baseline-v{champion.version}.json"
     if not storage.exists(key):  # the champion's first check is its baseline
-        storage.write_json(key, {"scores": scores, "down": down, "down_all": down_all})
+        before, before_all = live_rates(warehouse, str(champion.version), settings.health_window_events, others=True)
+        storage.write_json(key, {"scores": scores, "down": before, "down_all": before_all})
     baseline = storage.read_json(key)
-    if not baseline["down"] and down:  # no live feedback at the first check: the first that has it
+    if not baseline["down"] and down:  # the first champion: its first rated answers
         baseline |= {"down": down, "down_all": down_all}
         storage.write_json(key, baseline)
-    # a slice new since the baseline is held to the rate users had over all slices then
+    # a slice without a baseline rate is held to the rate users had over all slices then
     held_to = {s: baseline["down"].get(s, baseline.get("down_all")) for s in down}
     new_slices = sorted(s for s in down if s not in baseline["down"] and baseline["down"])
     tol = settings.health_tolerance
-    regressed = sorted({s for s, v in scores.items() if s in baseline["scores"] and v < baseline["scores"][s] - tol}
+    judged = {s for s in scores if s in baseline["scores"] and not s.startswith("mined/")}
+    regressed = sorted({s for s in judged if scores[s] < baseline["scores"][s] - tol}
                        | {s for s, v in down.items() if held_to[s] is not None and v > held_to[s] + tol})
     lines = ["| slice | eval | baseline | thumbs-down | baseline |", "|---|---|---|---|---|"]
     for name in sorted(set(scores) | set(down)):
@@ -85,3 +83,17 @@ def champion_health(context: AssetExecutionContext, storage: ObjectStore, eval_s
         **{f"thumbs_down {k}": round(v, 4) for k, v in down.items()},
         "slices": MetadataValue.md("\n".join(lines)),
     })
+
+
+def live_rates(warehouse: Warehouse, version: str, window: int,
+               others: bool = False) -> tuple[dict[str, float], float | None]:
+    """Thumbs-down rate per slice (slices with MIN_RATED answers) and over all, in the latest `window` rated answers
+    of a model version, or of every other version."""
+    rows = warehouse.query(
+        "SELECT skill || '/' || tier AS slice, count(*) AS rated, avg(CASE WHEN rating = 'down' THEN 1.0 ELSE 0.0 END)"
+        f" AS down FROM (SELECT * FROM feedback_events WHERE model_version {'<>' if others else '='} ?"
+        " AND rating IS NOT NULL AND tier IS NOT NULL ORDER BY ts DESC LIMIT ?) GROUP BY ALL ORDER BY slice",
+        [version, window]).to_dicts()
+    rated = sum(r["rated"] for r in rows)
+    return ({r["slice"]: r["down"] for r in rows if r["rated"] >= MIN_RATED},
+            sum(r["rated"] * r["down"] for r in rows) / rated if rated else None)
