@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_MIX = {"feedback": 0.25, "corrections": 0.15, "replay": 0.3, "practice": 0.1, "rl": 0.1,
+               "hint_distill": 0.05, "self_label": 0.05}
+SOURCES = tuple(DEFAULT_MIX)
 
 
 class Settings(BaseSettings):
@@ -41,16 +45,35 @@ class Settings(BaseSettings):
                                          "it nothing can serve, so it may take longer.")
     batch_size: int = Field(default=64, description="Training rows per step.")
     learning_rate: float = Field(default=3e-3, description="Peak AdamW rate (warmup, then cosine to a tenth).")
-    new_feedback_share: float = Field(default=0.5, description="Share of each batch drawn from new feedback.")
     accelerator: str = Field(default="auto", description="Lightning accelerator: auto, cpu, gpu.")
     devices: str = Field(default="1", description="Lightning devices: a count, a list like '0,1', or 'auto'.")
     strategy: str = Field(default="auto", description="Lightning strategy: auto, ddp, fsdp, ...")
     precision: str = Field(default="auto", description="auto: bf16-mixed on a GPU, 32-true on a CPU.")
     num_nodes: int = Field(default=1, description="Machines in a distributed training.")
-    model_size: str = Field(default="tiny", description="Size of a first model: tiny (0.1M, CPU) or gpu (85M).")
+    model_size: str = Field(default="tiny", description="Size of a first model: tiny (0.1M, CPU), tiny-places (0.1M, "
+                            "positions by place value: generalizes to longer numbers) or gpu (85M).")
     training_launcher: str = Field(default="subprocess", description="How candidate_model starts the training "
                                    "program through Dagster Pipes: subprocess, or 'module:function' returning a "
                                    "Pipes client such as a PipesK8sClient (deploy/README.md).")
+
+    # how the model improves itself: the training mix and the sources the champion makes for its successor
+    mix: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_MIX), description=(
+        "Share of each training batch per source (JSON; 0 turns a source off): feedback (new thumbs-up answers), "
+        "corrections (new), replay (the seed set and feedback learned before), practice (harder problems the "
+        "champion solved), rl (its sampled answers, scaled by advantage), hint_distill (answers it found with a "
+        "coach's hint), self_label (its agreed answers past its reliable range)."))
+    saturation: float = Field(default=0.9, description="Accuracy at which a tier counts as solved: practice and "
+                              "self-labelling move one tier past it.")
+    practice_problems: int = Field(default=300, description="Generated practice problems per skill and cycle, "
+                                   "at the first tier not yet solved.")
+    failed_prompts: int = Field(default=300, description="Latest thumbs-down prompts of the champion that RL and "
+                                "the coach retry each cycle.")
+    rollout_samples: int = Field(default=8, description="Sampled answers per problem in an RL group.")
+    sample_temperature: float = Field(default=0.7, description="Temperature of sampled answers.")
+    self_label_problems: int = Field(default=300, description="Problems per skill and tier the champion answers "
+                                     "while looking for the edge of its reliable range.")
+    self_label_votes: int = Field(default=4, description="Sampled answers that must all agree with the greedy one "
+                                  "for a self-label to be kept.")
 
     # evals and the promotion gate
     eval_url: str | None = Field(default=None, description="Sealed eval store (may be another bucket); default "
@@ -92,6 +115,17 @@ class Settings(BaseSettings):
     # S3 storage (credentials: the standard AWS_* variables, never RMI_*)
     s3_endpoint_url: str | None = Field(
         default=None, description="S3-compatible endpoint for an s3:// RMI_STORAGE_URL (MinIO, a local S3).")
+
+    @field_validator("mix")
+    @classmethod
+    def _mix_over_defaults(cls, mix: dict[str, float]) -> dict[str, float]:
+        """RMI_MIX names only the sources it changes; an unknown name is a typo, not a new source."""
+        unknown = set(mix) - set(SOURCES)
+        if unknown:
+            raise ValueError(f"unknown training sources {sorted(unknown)}; the sources are {list(SOURCES)}")
+        if any(v < 0 for v in mix.values()):
+            raise ValueError("training mix shares cannot be negative")
+        return {**DEFAULT_MIX, **mix}
 
     def trainer_options(self) -> dict:
         """Lightning Trainer arguments for where training runs."""

@@ -74,6 +74,9 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     data = pl.read_parquet(io.BytesIO(_read(extras["dataset_uri"], storage)))
     tokens, mask = recipe.encode(data["prompt"].to_list(), data["target"].to_list())
     weights = torch.tensor(data["weight"].to_numpy())
+    names = data["mix"].unique(maintain_order=True).to_list()  # the training mix's sources present
+    sources = torch.tensor(data["mix"].replace_strict({n: i for i, n in enumerate(names)}).to_numpy())
+    scales = torch.tensor(data["scale"].to_numpy())
     focus = set(extras.get("focus") or [])
     if focus:  # a regression cycle: weight the regressed slices up
         in_focus = torch.tensor([f"{s}/{t}" in focus for s, t in zip(data["skill"], data["tier"], strict=True)])
@@ -96,7 +99,7 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
 
     result = fit(module, tokens, mask, weights, max_steps=steps, max_seconds=extras["max_seconds"],
                  batch_size=extras["batch_size"], seed=seed, trainer=trainer,
-                 report=report if pipes is not None else None)
+                 report=report if pipes is not None else None, scales=scales, sources=sources)
     if not result.is_global_zero:
         return None
     buffer = io.BytesIO()
@@ -107,6 +110,8 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
         "steps_per_second": result.steps / max(result.seconds, 1e-9), "stopped_by_time": result.stopped_by_time,
         "world_size": result.world_size, "parameters": sum(p.numel() for p in module.parameters()),
         "rows": len(data), "checkpoint": extras["checkpoint_uri"],
+        **{f"loss_{names[i]}": loss for i, loss in result.source_loss.items()},
+        **{f"rows_{n}": int((data["mix"] == n).sum()) for n in names},
         **{f"trainer_{k}": str(v) for k, v in trainer.items()},
     }
 
@@ -115,6 +120,9 @@ def main() -> int:
     if not PipesEnvVarParamsLoader().is_dagster_pipes_process():
         print("train_candidate runs under Dagster Pipes: materialize candidate_model instead", file=sys.stderr)
         return 2
+    # torch's OpenMP threads spin while they wait; on CPUs shared with other jobs a 2-thread fit then ran 25x
+    # slower than with waiting threads that sleep (measured: 200 steps in 248-300 s against 9.9 s)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if not is_global_zero():
         train(read_extras())
         return 0

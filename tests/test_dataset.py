@@ -11,6 +11,7 @@ from rmi_pipeline.hygiene import is_mined_holdout, ngram_hashes
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.resources import build_resources
 from rmi_pipeline.schema import event_frame, validate
+from rmi_pipeline.settings import Settings
 from rmi_pipeline.world.curators import curate_eval_suite
 
 RECIPE = ArithmeticRecipe()
@@ -46,7 +47,7 @@ def big_sums(n: int, seed: int) -> list[tuple[str, str]]:
                                                    for _ in range(n))]
 
 
-def test_eval_items_are_removed_and_counted_and_new_feedback_is_half_of_each_batch(build):
+def test_eval_items_are_removed_and_counted_and_each_source_gets_its_share_of_every_batch(build):
     run, resources, suite = build
     leaked = next(i for i in suite["items"] if i["tier"] == 4 and "+" in i["prompt"])
     a, b = leaked["prompt"][:-1].split("+")
@@ -60,11 +61,16 @@ def test_eval_items_are_removed_and_counted_and_new_feedback_is_half_of_each_bat
     sealed = set(manifest["hashes"])
     seed_overlap = sum(RECIPE.prompt_hash(t.prompt) in sealed for t in RECIPE.seed_tasks(random.Random(0)))
     assert meta["removed_eval_overlap"] == seed_overlap + 1 and meta["unusable_rows"] == 1
-    assert meta["rows_thumbs_up"] == 50
+    assert meta["rows_feedback"] == 50 and meta["rows_corrections"] == 1
     data = resources["storage"].read_parquet(f"{layout.DATASETS}/{meta['version']}/train.parquet")
     assert not any(RECIPE.prompt_hash(p) in sealed for p in data["prompt"])
-    new = data.filter(data["batch_id"] == "b1.jsonl")
-    assert abs(new["weight"].sum() - 0.5) < 1e-9 and abs(data["weight"].sum() - 1.0) < 1e-9
+    # no champion yet, so nothing from practice: new thumbs-up, corrections and replay share each batch
+    mix = Settings().mix
+    present = mix["feedback"] + mix["corrections"] + mix["replay"]
+    for source in ("feedback", "corrections", "replay"):
+        share = data.filter(data["mix"] == source)["weight"].sum()
+        assert abs(share - mix[source] / present) < 1e-9, source
+    assert abs(data["weight"].sum() - 1.0) < 1e-9
 
 
 def test_corrected_hard_cases_split_by_hash_into_the_mined_eval_and_training(build):
@@ -75,7 +81,7 @@ def test_corrected_hard_cases_split_by_hash_into_the_mined_eval_and_training(bui
     assert 20 < len(held) < 60
     result, meta = run(events)
     assert result.success and meta["held_out_mined"] == len(held)
-    assert meta["rows_correction"] == len(cases) - len(held)
+    assert meta["rows_corrections"] == len(cases) - len(held)
     manifest = resources["storage"].read_json(layout.EVAL_MANIFEST)
     mined = resources["eval_store"].read_json(f"{layout.MINED}/{manifest['mined_version']}.json")["items"]
     assert {m["prompt"] for m in mined} == held

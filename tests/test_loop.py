@@ -59,6 +59,22 @@ def test_a_model_leads_back_to_its_dataset_batches_and_run(loop):
     assert run.job_name == "improvement_cycle" and run.tags["rmi/cycle"] == "1"
 
 
+def test_the_champion_made_practice_and_every_source_of_the_mix_was_trained_and_logged(loop):
+    mv = loop["registry"].version("champion")  # the cycle-1 candidate, trained with what champion v1 made
+    manifest = loop["storage"].read_json(f"datasets/{mv.tags['dataset_version']}/manifest.json")
+    made = ("practice", "rl", "hint_distill")
+    assert all(manifest["by_source"].get(s, 0) > 0 for s in ("feedback", "corrections", "replay", *made)), manifest
+    client = loop["registry"].client()
+    metrics = client.get_run(mv.run_id).data.metrics
+    for source, rows in manifest["by_source"].items():
+        assert metrics[f"rows_{source}"] == rows and metrics[f"loss_{source}"] >= 0, source  # unscaled loss
+    # RL rows carry their advantage: a group's right answers are pushed up, its wrong ones down
+    data = loop["storage"].read_parquet(f"datasets/{mv.tags['dataset_version']}/train.parquet")
+    rl = data.filter(data["mix"] == "rl")
+    assert (rl["scale"] > 0).any() and (rl["scale"] < 0).any()
+    assert (data.filter(data["mix"] != "rl")["scale"] == 1).all()
+
+
 def register(loop, module, name: str) -> int:
     with loop["registry"].run(name, tags={}) as run_id:
         return loop["registry"].register(run_id, module, tags={"dataset_version": "none"}).version

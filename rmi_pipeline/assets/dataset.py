@@ -1,7 +1,9 @@
 """The training dataset: feedback turned into (prompt, target) rows, versioned, checked against the evals.
 
-Targets come from thumbs-up answers and from corrections; thumbs-down without a correction teach nothing
-here. The recipe's seed set is replayed in every version so nothing learned at the start is forgotten.
+Targets come from thumbs-up answers and from corrections (thumbs-down without a correction teach nothing here),
+and from what the champion made in `practice`. The recipe's seed set is replayed in every version so nothing
+learned at the start is forgotten. Each row belongs to one source of the training mix (RMI_MIX): its weight is
+the source's share of every batch, spread evenly over the source's rows.
 Contamination policy: rows whose prompt is a sealed eval item (by canonical hash), or, for text recipes,
 shares an n-gram with one, are removed and counted: users ask such questions naturally, and dropping them
 costs little. Corrected hard cases on the held-out side of the mined split are removed the same way. A canary
@@ -21,7 +23,9 @@ from ..resources.warehouse import Warehouse
 from ..settings import Settings
 from .evals import eval_suite
 from .feedback import feedback_events
+from .practice import practice
 
+FEEDBACK_MIX = {"thumbs_up": "feedback", "correction": "corrections"}  # new feedback; learned before: replay
 CHECKS = [
     AssetCheckSpec("no_eval_overlap", asset="training_dataset", blocking=True,
                    description="No row's canonical prompt hash is an eval item's."),
@@ -30,7 +34,7 @@ CHECKS = [
 ]
 
 
-@asset(deps=[feedback_events, eval_suite], group_name="training", kinds={"parquet"}, check_specs=CHECKS)
+@asset(deps=[feedback_events, eval_suite, practice], group_name="training", kinds={"parquet"}, check_specs=CHECKS)
 def training_dataset(
     context: AssetExecutionContext, storage: ObjectStore, warehouse: Warehouse, registry: ModelRegistry
 ) -> MaterializeResult:
@@ -47,14 +51,15 @@ def training_dataset(
 
     feedback = warehouse.query(
         "SELECT prompt, coalesce(correction, completion) AS target, batch_id, "
-        "CASE WHEN correction IS NOT NULL THEN 'correction' ELSE 'thumbs_up' END AS source "
+        "CASE WHEN correction IS NOT NULL THEN 'correction' ELSE 'thumbs_up' END AS source, 1.0::DOUBLE AS scale "
         "FROM feedback_events WHERE correction IS NOT NULL OR rating = 'up' ORDER BY ts, event_id")
     seed = recipe.seed_tasks(random.Random(settings.seed))
     rows = pl.concat([
         pl.DataFrame({"prompt": [t.prompt for t in seed], "target": [t.answer for t in seed],
-                      "batch_id": [None] * len(seed), "source": ["seed"] * len(seed)},
+                      "batch_id": [None] * len(seed), "source": ["seed"] * len(seed), "scale": [1.0] * len(seed)},
                      schema=feedback.schema),
         feedback,
+        _practice_rows(storage, registry, feedback.schema),
     ])
     canary_rows = rows.filter(pl.col("prompt").str.contains(canary, literal=True)
                               | pl.col("target").str.contains(canary, literal=True)).height
@@ -82,14 +87,22 @@ def training_dataset(
     batches = sorted(b for b in rows["batch_id"].unique().to_list() if b is not None)
     new_batches = sorted(set(batches) - trained)  # feedback the champion has not learned from
     is_new = rows["batch_id"].is_in(new_batches)
+    feedback_mix = (pl.when(is_new).then(pl.col("source").replace_strict(FEEDBACK_MIX, default=None))
+                    .otherwise(pl.lit("replay")))
+    rows = rows.with_columns(mix=pl.when(pl.col("source").is_in(list(FEEDBACK_MIX))).then(feedback_mix)
+                             .when(pl.col("source") == "seed").then(pl.lit("replay")).otherwise(pl.col("source")))
     n_new = int(is_new.sum())
-    share = settings.new_feedback_share if 0 < n_new < len(rows) else n_new / max(1, len(rows))
-    rows = rows.with_columns(weight=pl.when(is_new).then(share / max(1, n_new))
-                             .otherwise((1 - share) / max(1, len(rows) - n_new)))
+    rows = rows.filter(pl.col("mix").replace_strict(settings.mix, default=0.0) > 0)
+    sizes = dict(rows.group_by("mix").len().iter_rows())
+    if not sizes:
+        raise ValueError(f"the training mix {settings.mix} leaves no rows: give replay or feedback a share")
+    total = sum(settings.mix[m] for m in sizes)
+    rows = rows.with_columns(weight=pl.col("mix").replace_strict(
+        {m: settings.mix[m] / total / n for m, n in sizes.items()}, return_dtype=pl.Float64))
 
     digest = hashlib.sha256(rows.select("prompt", "target").write_csv().encode()).hexdigest()[:8]
     version = f"ds-{datetime.now(UTC):%Y%m%dT%H%M%S}-{digest}"
-    by_source = {r["source"]: r["len"] for r in rows.group_by("source").len().to_dicts()}
+    by_source = {m: sizes[m] for m in settings.mix if m in sizes}  # rows per source of the training mix
     uri = storage.write_parquet(f"{layout.DATASETS}/{version}/train.parquet", rows)
     storage.write_json(f"{layout.DATASETS}/{version}/manifest.json", {
         "version": version, "rows": len(rows), "by_source": by_source, "batches": batches,
@@ -114,3 +127,15 @@ def training_dataset(
 def _batches_of(storage: ObjectStore, version: str | None) -> set[str]:
     key = f"{layout.DATASETS}/{version}/manifest.json"
     return set(storage.read_json(key)["batches"]) if version and storage.exists(key) else set()
+
+
+def _practice_rows(storage: ObjectStore, registry: ModelRegistry, schema):
+    """The rows the current champion made in `practice` (none before a first champion)."""
+    import polars as pl
+
+    latest = storage.read_json(layout.PRACTICE_LATEST) if storage.exists(layout.PRACTICE_LATEST) else {}
+    champion = registry.version("champion")
+    if not latest.get("rows") or champion is None or latest["champion_version"] != str(champion.version):
+        return pl.DataFrame(schema=schema)
+    made = storage.read_parquet(latest["rows"])
+    return made.select("prompt", "target", pl.lit(None, pl.String).alias("batch_id"), "source", "scale")

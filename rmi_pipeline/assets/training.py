@@ -82,6 +82,7 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, sto
             client.log_param(run_id, key, value)
         _log_loss_curve(client, run_id, invocation.get_custom_messages())
         metrics = {k: reported[k] for k in ("final_loss", "steps_done", "train_seconds", "steps_per_second")}
+        metrics |= {k: v for k, v in reported.items() if k.startswith(("loss_", "rows_"))}  # per mix source
         for key, value in metrics.items():
             client.log_metric(run_id, key, value)
         with tempfile.TemporaryDirectory() as tmp:

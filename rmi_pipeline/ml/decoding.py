@@ -1,4 +1,8 @@
-"""Batched greedy decoding: one forward pass per new token for the whole batch."""
+"""Batched decoding: one forward pass per new token for the whole batch, greedy or sampled.
+
+`ban` forbids one token at one step of a row (a coach's hint: "that digit is wrong"); `temperature` > 0 samples,
+which is how the model proposes several answers to one problem (RL groups, self-labelling votes).
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,34 @@ import torch
 
 
 @torch.no_grad()
-def greedy(model: torch.nn.Module, prompts: torch.Tensor, new_tokens: int, batch_size: int = 2048) -> torch.Tensor:
-    """Extend equal-length prompts (B, T) by `new_tokens` argmax tokens; returns only the new tokens."""
+def decode(model: torch.nn.Module, prompts: torch.Tensor, new_tokens: int, *, temperature: float = 0.0,
+           ban: torch.Tensor | None = None, generator: torch.Generator | None = None,
+           batch_size: int = 2048) -> torch.Tensor:
+    """Extend equal-length prompts (B, T) by `new_tokens` tokens; returns only the new tokens.
+
+    `ban` (B, new_tokens) holds a token id to forbid at each step, or -1 for none."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     out = []
-    for chunk in prompts.split(batch_size):
-        idx = chunk.to(device)
-        for _ in range(new_tokens):
-            next_tok = model(idx)[:, -1].argmax(dim=-1, keepdim=True)
+    for start in range(0, len(prompts), batch_size):
+        idx = prompts[start:start + batch_size].to(device)
+        banned = None if ban is None else ban[start:start + batch_size].to(device)
+        for step in range(new_tokens):
+            logits = model(idx)[:, -1].float()
+            if banned is not None:
+                rows = (banned[:, step] >= 0).nonzero().squeeze(1)
+                logits[rows, banned[rows, step]] = float("-inf")
+            if temperature > 0:
+                probs = torch.softmax(logits / temperature, dim=-1).cpu()
+                next_tok = torch.multinomial(probs, 1, generator=generator).to(device)
+            else:
+                next_tok = logits.argmax(dim=-1, keepdim=True)
             idx = torch.cat([idx, next_tok], dim=1)
-        out.append(idx[:, chunk.shape[1]:].cpu())
+        out.append(idx[:, prompts.shape[1]:].cpu())
     model.train(was_training)
     return torch.cat(out) if out else torch.empty(0, new_tokens, dtype=torch.long)
+
+
+def greedy(model: torch.nn.Module, prompts: torch.Tensor, new_tokens: int, batch_size: int = 2048) -> torch.Tensor:
+    return decode(model, prompts, new_tokens, batch_size=batch_size)

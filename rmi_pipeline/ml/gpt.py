@@ -1,7 +1,8 @@
 """A compact decoder-only transformer and the LightningModule that trains it.
 
-Learned positions, pre-norm blocks, tied embeddings, nanoGPT-style init. The loss is taken only where
-`loss_mask` is set (the answer tokens), so prompts teach the model nothing it must produce.
+Learned positions (absolute, or by place value for tasks like arithmetic), pre-norm blocks, tied embeddings,
+nanoGPT-style init. The loss is taken only where `loss_mask` is set (the answer tokens), so prompts teach the
+model nothing it must produce.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ class GPTConfig:
     n_layer: int = 2
     n_head: int = 2
     n_embd: int = 64
+    # Place-value positions: token t gets position id place_ids[t] (tokens of the same place share one), shifted by a
+    # random offset up to max_offset in training, so what is learned at one place carries to places never seen.
+    place_ids: list[int] | None = None
+    segments: list[int] | None = None  # which part of the input each token belongs to (operand, operator, answer)
+    max_offset: int = 0
 
 
 class SelfAttention(nn.Module):
@@ -59,7 +65,13 @@ class GPT(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        self.pos = nn.Embedding(cfg.block_size, cfg.n_embd)
+        if cfg.place_ids is None:
+            self.pos = nn.Embedding(cfg.block_size, cfg.n_embd)
+        else:
+            self.pos = nn.Embedding(max(cfg.place_ids) + cfg.max_offset + 1, cfg.n_embd)
+            self.seg = nn.Embedding(max(cfg.segments) + 1, cfg.n_embd)
+            self.register_buffer("place_ids", torch.tensor(cfg.place_ids), persistent=False)
+            self.register_buffer("segments", torch.tensor(cfg.segments), persistent=False)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
@@ -80,14 +92,28 @@ class GPT(nn.Module):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         T = idx.shape[1]
-        x = self.tok(idx) + self.pos(torch.arange(T, device=idx.device))
+        if self.cfg.place_ids is None:
+            return self._run(self.tok(idx) + self.pos(torch.arange(T, device=idx.device)))
+        ids = self.place_ids[:T].expand(idx.shape[0], T)
+        if self.training and self.cfg.max_offset:
+            ids = ids + torch.randint(0, self.cfg.max_offset + 1, (idx.shape[0], 1), device=idx.device)
+        return self._run(self.tok(idx) + self.pos(ids) + self.seg(self.segments[:T]))
+
+    def _run(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
             x = block(x)
         return self.head(self.ln_f(x))
 
 
 class LitGPT(L.LightningModule):
-    """Trains a GPT on (tokens, loss_mask) rows; warmup then cosine decay to a tenth of the peak."""
+    """Trains a GPT on (tokens, loss_mask[, scale, source]) rows; warmup then cosine decay to a tenth of the peak.
+
+    `scale` multiplies a row's loss: 1 for a target to imitate, a group-relative advantage for a sampled answer
+    (negative pushes it down; its loss is capped so an already unlikely answer stops pulling). `source` names the
+    row's data source by index, so the loss of each source can be followed.
+    """
+
+    NEGATIVE_LOSS_CAP = 5.0
 
     def __init__(self, config: dict, learning_rate: float = 3e-3, warmup_steps: int = 50, max_steps: int = 1000):
         super().__init__()
@@ -95,12 +121,19 @@ class LitGPT(L.LightningModule):
         self.model = GPT(GPTConfig(**config))
 
     def training_step(self, batch, batch_idx):
-        tokens, mask = batch
+        tokens, mask = batch[0], batch[1]
         logits = self.model(tokens[:, :-1])
-        target_mask = mask[:, 1:]
-        loss = F.cross_entropy(logits[target_mask], tokens[:, 1:][target_mask])
+        target_mask = mask[:, 1:].float()
+        nll = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
+        row_loss = (nll * target_mask).sum(1) / target_mask.sum(1).clamp(min=1)
+        if len(batch) > 2:
+            scale = batch[2].to(row_loss.dtype)
+            pushed = torch.where(scale < 0, row_loss.clamp(max=self.NEGATIVE_LOSS_CAP), row_loss)
+            loss = (pushed * scale).mean()
+        else:
+            loss = row_loss.mean()
         self.log("train_loss", loss, prog_bar=True)
-        return loss
+        return {"loss": loss, "row_loss": row_loss.detach(), "source": batch[3] if len(batch) > 3 else None}
 
     def configure_optimizers(self):
         hp = self.hparams

@@ -15,7 +15,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import lightning as L
@@ -30,6 +30,7 @@ class FitResult:
     final_loss: float  # mean over the last batches of every process
     stopped_by_time: bool
     world_size: int = 1
+    source_loss: dict[int, float] = field(default_factory=dict)  # mean loss per row source over the whole fit
     is_global_zero: bool = True  # the one process that may write checkpoints and report
 
 
@@ -37,8 +38,9 @@ class _Progress(L.Callback):
     """Reports (step, total, loss) about twenty times per fit from the first process; the loss is the running
     mean of the last batches, averaged over all processes."""
 
-    def __init__(self, total: int, report: Callable[[int, int, float], None] | None):
-        self.total, self.report = total, report
+    def __init__(self, total: int, report: Callable[[int, int, float], None] | None, sources: int = 0):
+        self.total, self.report, self.sources = total, report, sources
+        self.source_sums, self.source_rows = torch.zeros(sources), torch.zeros(sources, dtype=torch.long)
         self.every = max(1, total // 20)
         self.recent: list[float] = []
         self.final_loss = float("nan")
@@ -49,6 +51,10 @@ class _Progress(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.recent = (self.recent + [float(outputs["loss"])])[-50:]
+        if outputs.get("source") is not None:  # each source's rows: running sums of loss and count
+            sums = torch.zeros(self.sources).index_add_(0, outputs["source"].cpu(), outputs["row_loss"].float().cpu())
+            self.source_sums += sums
+            self.source_rows += torch.bincount(outputs["source"].cpu(), minlength=self.sources)
         step = trainer.global_step
         if step % self.every == 0 or step == self.total:
             loss = self._mean(trainer)
@@ -95,15 +101,22 @@ def fit(
     trainer: dict | None = None,
     loggers: list | None = None,
     report: Callable[[int, int, float], None] | None = None,
+    scales: torch.Tensor | None = None,
+    sources: torch.Tensor | None = None,
 ) -> FitResult:
+    """`scales` multiply each row's loss (RL advantages); `sources` (row source ids) get their loss followed."""
     if len(tokens) == 0:
         raise ValueError("cannot train on an empty dataset")
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", module="lightning")
     L.seed_everything(seed, workers=True, verbose=False)
     weights = torch.ones(len(tokens)) if weights is None else weights.double()
-    rows = _WeightedRows(TensorDataset(tokens, loss_mask), weights, max_steps, batch_size, seed)
-    progress = _Progress(max_steps, report)
+    columns = [tokens, loss_mask]
+    if scales is not None or sources is not None:
+        columns += [torch.ones(len(tokens)) if scales is None else scales.float(),
+                    torch.zeros(len(tokens), dtype=torch.long) if sources is None else sources.long()]
+    rows = _WeightedRows(TensorDataset(*columns), weights, max_steps, batch_size, seed)
+    progress = _Progress(max_steps, report, int(sources.max()) + 1 if sources is not None else 0)
     trainer = L.Trainer(
         max_steps=max_steps,
         max_time=timedelta(seconds=max_seconds),
@@ -126,4 +139,5 @@ def fit(
         stopped_by_time=steps < max_steps,
         world_size=trainer.world_size,
         is_global_zero=trainer.is_global_zero,
+        source_loss={i: float(progress.source_sums[i] / n) for i, n in enumerate(progress.source_rows.tolist()) if n},
     )

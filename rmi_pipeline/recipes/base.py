@@ -44,6 +44,21 @@ class Recipe(ABC):
         """Batched greedy completions, as a user would read them."""
 
     @abstractmethod
+    def sample(self, model: torch.nn.Module, prompts: list[str], k: int, temperature: float,
+               seed: int) -> list[list[str]]:
+        """`k` sampled completions per prompt: the groups of RL and the votes of self-labelling."""
+
+    def hinted_answer(self, model: torch.nn.Module, prompts: list[str], answers: list[str],
+                      critiques: list[str]) -> list[str | None]:
+        """A second attempt at each failed prompt with the coach's critique as a hint; None where the critique
+        holds no usable hint. The hint's format is the recipe's: text for a text model, a decoding constraint here."""
+        return [None] * len(prompts)
+
+    def plausible(self, prompt: str, completion: str) -> bool:
+        """Format and length filter on a label the model wrote itself (no ground truth involved)."""
+        return self.is_valid_completion(completion)
+
+    @abstractmethod
     def is_valid_prompt(self, prompt: str) -> bool:
         """Whether a prompt is one this model can be asked (others cannot train it)."""
 

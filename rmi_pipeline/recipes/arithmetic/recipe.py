@@ -12,14 +12,20 @@ from . import problems, tokens
 
 SEED_TIERS = (1, 2, 3)
 SEED_PER_SKILL = 2000
+MAX_OFFSET = 8  # place ids seen in training reach WIDTH + MAX_OFFSET
 
 
 class ArithmeticRecipe(Recipe):
     name = "arithmetic"
     skills = problems.SKILLS
     tiers = tuple(range(1, problems.WIDTH + 1))
-    # "tiny" (0.1M parameters) trains in seconds on a CPU; "gpu" (85M) is for an accelerator
-    sizes = {"tiny": {"n_layer": 2, "n_head": 2, "n_embd": 64}, "gpu": {"n_layer": 12, "n_head": 12, "n_embd": 768}}
+    # "tiny" (0.1M parameters) trains in seconds on a CPU; "gpu" (85M) is for an accelerator. "tiny-places" puts
+    # positions by place value, shifted at random in training: taught up to 3 digits it answers 4-6 digit sums
+    # partly right (absolute positions: never), which is what lets a model label harder problems for itself; it
+    # escapes the early loss plateau later, so its first model needs more steps.
+    places = {"place_ids": tokens.PLACE_IDS[:-1], "segments": tokens.SEGMENTS[:-1], "max_offset": MAX_OFFSET}
+    sizes = {"tiny": {"n_layer": 2, "n_head": 2, "n_embd": 64}, "gpu": {"n_layer": 12, "n_head": 12, "n_embd": 768},
+             "tiny-places": {"n_layer": 2, "n_head": 2, "n_embd": 64, **places}}
 
     def build_model(self, learning_rate: float, max_steps: int, size: str = "tiny", config: dict | None = None):
         from ...ml.gpt import LitGPT
@@ -43,7 +49,40 @@ class ArithmeticRecipe(Recipe):
         return ids, mask
 
     def answer(self, model, prompts):
-        from ...ml.decoding import greedy
+        return self._complete(model, prompts)
+
+    def sample(self, model, prompts, k, temperature, seed):
+        generator = torch.Generator().manual_seed(seed)
+        flat = self._complete(model, [p for p in prompts for _ in range(k)], temperature=temperature,
+                              generator=generator)
+        return [flat[i * k:(i + 1) * k] for i in range(len(prompts))]
+
+    def hinted_answer(self, model, prompts, answers, critiques):
+        # The critique names the wrong places; the hint forbids the digit given at the lowest of them, and the
+        # model redoes the answer from there (digits run least significant first, so the place is the step).
+        ban = torch.full((len(prompts), tokens.ANSWER_LEN), -1, dtype=torch.long)
+        usable = []
+        for i, (answer, critique) in enumerate(zip(answers, critiques, strict=True)):
+            place = _first_wrong_place(critique)
+            if place is None or not problems.is_answer(answer) or place >= tokens.ANSWER_LEN:
+                continue
+            ban[i, place] = tokens.STOI[tokens.model_answer(int(answer))[place]]
+            usable.append(i)
+        second = self._complete(model, [prompts[i] for i in usable], ban=ban[usable])
+        out: list[str | None] = [None] * len(prompts)
+        for i, text in zip(usable, second, strict=True):
+            out[i] = text
+        return out
+
+    def plausible(self, prompt, completion):
+        if not problems.is_answer(completion):
+            return False
+        a, op, b = self._parse(prompt)  # a sum has as many digits as its larger operand or one more
+        longest = len(str(max(a, b)))
+        return len(completion) in ((longest, longest + 1) if op == "+" else range(1, longest + 1))
+
+    def _complete(self, model, prompts, **decoding):
+        from ...ml.decoding import decode
 
         net = getattr(model, "model", model)  # a LitGPT or its bare GPT
         parsed = [problems.parse(p) for p in prompts]
@@ -51,7 +90,7 @@ class ArithmeticRecipe(Recipe):
         out = [""] * len(prompts)
         if valid:
             ids = tokens.encode([tokens.model_prompt(*parsed[i]) for i in valid])
-            new = greedy(net, ids, tokens.ANSWER_LEN)
+            new = decode(net, ids, tokens.ANSWER_LEN, **decoding)
             for i, row in zip(valid, new.tolist(), strict=True):
                 out[i] = tokens.read_answer(row)
         return out
@@ -116,6 +155,17 @@ class ArithmeticRecipe(Recipe):
         return parsed
 
 
+PLACE_NAMES = ["ones", "tens", "hundreds", "thousands"]
+
+
 def _place(i: int) -> str:
-    names = ["ones", "tens", "hundreds", "thousands"]
-    return names[i] if i < len(names) else f"10^{i}"
+    return PLACE_NAMES[i] if i < len(PLACE_NAMES) else f"10^{i}"
+
+
+def _first_wrong_place(critique: str) -> int | None:
+    """The lowest place a critique names ('Wrong digit in the tens, 10^5 place'), or None."""
+    if not critique.startswith("Wrong digit in the "):
+        return None
+    names = critique.removeprefix("Wrong digit in the ").split(" place")[0].split(", ")
+    places = [PLACE_NAMES.index(n) if n in PLACE_NAMES else int(n.removeprefix("10^")) for n in names]
+    return min(places)

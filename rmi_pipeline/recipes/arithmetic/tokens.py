@@ -33,3 +33,8 @@ def read_answer(token_ids: list[int]) -> str:
     """What a user sees: the digits back in reading order without leading zeros; junk stays visible."""
     text = "".join(VOCAB[i] for i in token_ids)[::-1]
     return str(int(text)) if text.isdigit() else text
+
+# The model's place-value positions: operand digits by their place; '=' and each answer digit by the place of the
+# digit they predict next. Segments tell the operands, the operator and the answer apart.
+PLACE_IDS = list(range(WIDTH)) + [0] + list(range(WIDTH)) + list(range(ANSWER_LEN + 1))
+SEGMENTS = [0] * WIDTH + [1] + [2] * WIDTH + [3] + [4] * ANSWER_LEN

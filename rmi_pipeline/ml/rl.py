@@ -1,0 +1,76 @@
+"""Reinforcement from the recipe's verifier, and a coach's hints for the failures.
+
+Rollouts: k sampled answers per prompt, each rewarded by the verifier; an answer's advantage is its reward
+against its group's mean, in units of the group's spread (group-relative policy gradient). A group whose answers
+all score alike teaches nothing and is dropped. Training then scales each sampled answer's loss by its advantage.
+
+Coaching: a failed first attempt gets the verifier's critique back as a hint for a second attempt (the recipe
+decides what a hint is); a hinted success becomes a plain (prompt, answer) row, so the model learns to do
+unaided what it did with help (distillation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Rollouts:
+    rows: list[dict] = field(default_factory=list)  # {"prompt", "target", "scale"}
+    prompts: int = 0
+    samples: int = 0
+    solved_share: float = 0.0  # share of sampled answers the verifier accepted
+    informative_groups: int = 0
+
+
+def rollouts(recipe, model, prompts: list[str], k: int, temperature: float, seed: int) -> Rollouts:
+    out = Rollouts(prompts=len(prompts))
+    if not prompts:
+        return out
+    solved = 0
+    for prompt, group in zip(prompts, recipe.sample(model, prompts, k, temperature, seed), strict=True):
+        rewards = [recipe.verify(prompt, answer)[0] for answer in group]
+        solved += sum(r == 1 for r in rewards)
+        mean = sum(rewards) / k
+        spread = (sum((r - mean) ** 2 for r in rewards) / k) ** 0.5
+        if spread < 1e-6:
+            continue
+        out.informative_groups += 1
+        for answer, reward in zip(group, rewards, strict=True):
+            if recipe.is_valid_completion(answer):  # an answer the model cannot be trained on teaches nothing
+                out.rows.append({"prompt": prompt, "target": answer, "scale": (reward - mean) / spread})
+    out.samples = k * len(prompts)
+    out.solved_share = solved / out.samples
+    return out
+
+
+@dataclass
+class Coaching:
+    rows: list[dict] = field(default_factory=list)  # hinted successes: {"prompt", "target"}, no hint in them
+    failed: int = 0  # prompts whose first (greedy) attempt failed
+    hinted: int = 0  # of those, the ones whose critique held a usable hint
+    solved_with_hint: int = 0
+    solved_without_hint: int = 0  # a second sampled attempt with no hint, the baseline
+    failed_prompts: list[str] = field(default_factory=list)
+
+
+def coach(recipe, model, prompts: list[str], temperature: float, seed: int) -> Coaching:
+    out = Coaching()
+    firsts = recipe.answer(model, prompts)
+    failures = [(p, a, recipe.verify(p, a)) for p, a in zip(prompts, firsts, strict=True)]
+    failures = [(p, a, critique) for p, a, (reward, critique) in failures if reward < 1]
+    if not failures:
+        return out
+    out.failed = len(failures)
+    out.failed_prompts = [p for p, _, _ in failures]
+    seconds = recipe.hinted_answer(model, out.failed_prompts, [a for _, a, _ in failures], [c for _, _, c in failures])
+    retries = [group[0] for group in recipe.sample(model, out.failed_prompts, 1, temperature, seed)]
+    for prompt, second, retry in zip(out.failed_prompts, seconds, retries, strict=True):
+        out.solved_without_hint += recipe.verify(prompt, retry)[0] == 1
+        if second is None:
+            continue
+        out.hinted += 1
+        if recipe.verify(prompt, second)[0] == 1:
+            out.solved_with_hint += 1
+            out.rows.append({"prompt": prompt, "target": second})
+    return out
