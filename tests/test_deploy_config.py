@@ -74,3 +74,22 @@ def test_a_missing_variable_is_an_error_not_a_silent_default(instance_ref, monke
     klass = getattr(importlib.import_module(data.module_name), data.class_name)
     result = process_config(resolve_to_config_type(klass.config_type()), data.config_dict)
     assert not result.success and "DAGSTER_PG_PASSWORD" in str([e.message for e in result.errors])
+
+
+def test_rmi_uses_the_instance_file_named_by_RMI_DAGSTER_YAML_with_its_variables_unresolved(rmi_env, monkeypatch):
+    from rmi_pipeline.cli import prepare_home
+    from rmi_pipeline.settings import Settings
+
+    monkeypatch.setenv("RMI_DAGSTER_YAML", str(DEPLOY_YAML))
+    prepare_home(Settings())
+    assert (rmi_env.dagster_home / "dagster.yaml").read_text() == DEPLOY_YAML.read_text()
+
+
+def test_a_missing_instance_file_is_a_clear_error_that_leaves_the_home_alone(rmi_env, monkeypatch, capsys):
+    from rmi_pipeline.cli import main
+
+    (rmi_env.resolved_home / "store").mkdir(parents=True)
+    monkeypatch.setenv("RMI_DAGSTER_YAML", str(rmi_env.resolved_home / "nope.yaml"))
+    assert main(["run", "--fresh"]) == 2
+    assert "RMI_DAGSTER_YAML" in capsys.readouterr().err
+    assert (rmi_env.resolved_home / "store").is_dir()  # --fresh did not wipe anything first
