@@ -6,9 +6,10 @@
 Part 1 runs each volume N in its own process and RMI_HOME (so the peak memory printed is that volume's): a first
 model (a few steps, not timed), then N synthetic events (bench/ingest.py's generator: arithmetic feedback of
 tiers 1-8, 0.2% bad rows, 0.1% repeated ids) land as Parquet batches of at most 1M events and go through the real
-jobs: one ingest_feedback run per batch, then improvement_cycle. Seconds per stage (ingest; the dataset; training
-at a fixed RMI_TRAIN_STEPS, which still encodes every row; evaluation and gate, which do not depend on N), their
-ratio against the smallest N, and the peak resident memory of the process and of its children.
+jobs: one ingest_feedback run per batch, then improvement_cycle. Seconds per stage (ingest; the cycle's steps: the
+eval suite and the champion's practice, which do not depend on N; the dataset; training at a fixed
+RMI_TRAIN_STEPS, which still encodes every row; evaluation and gate), their ratio against the smallest N, and
+the peak resident memory of the process and, together, of its children (the training program).
 
 Part 2 trains each of the recipe's model sizes on the same rows for a few steps on this machine and prints
 parameters, steps/s and tokens/s, and the ratio against the smallest.
@@ -32,7 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 VOLUMES = (10_000, 100_000, 1_000_000, 10_000_000)
 BATCH = 1_000_000
-STAGES = ("ingest", "dataset", "training", "evaluation", "gate")
+STAGES = ("ingest", "suite", "practice", "dataset", "training", "evaluation", "gate")
+STEPS = {"suite": "eval_suite", "practice": "practice", "dataset": "training_dataset", "training": "candidate_model",
+         "evaluation": "candidate_evaluation", "gate": "champion"}  # the improvement_cycle steps
 
 
 class ChildrenPeak(threading.Thread):
@@ -112,8 +115,7 @@ def one_volume(n: int, train_steps: int) -> dict:
     steps = {s.step_key: s.end_time - s.start_time for s in instance.get_run_step_stats(result.run_id)}
     meta = {e.asset_key.to_user_string(): {k: v.value for k, v in e.materialization.metadata.items()}
             for e in result.get_asset_materialization_events()}
-    seconds |= {"dataset": steps.get("training_dataset", 0.0), "training": steps.get("candidate_model", 0.0),
-                "evaluation": steps.get("candidate_evaluation", 0.0), "gate": steps.get("champion", 0.0)}
+    seconds |= {stage: steps.get(step, 0.0) for stage, step in STEPS.items()}
     return {"n": n, "ingested": ingest["ingested"], "dataset_rows": meta["training_dataset"]["rows"],
             "seconds": seconds, "train_seconds": meta["candidate_model"].get("train_seconds"),
             "rss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
