@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export RMI_HOME ?= $(CURDIR)/.rmi
+# torch's waiting threads sleep instead of spinning, so shared cores stay usable
+export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: run test ui bench lint clean
 

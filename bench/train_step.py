@@ -17,15 +17,20 @@ import time
 
 
 def plain_loop(module, batches) -> float:
-    """The same optimization by hand: forward, masked loss, backward, AdamW step, schedule step."""
+    """The same optimization by hand: forward, masked loss, backward, AdamW step, schedule step.
+
+    The loss is written out here rather than taken from `training_step`, whose `self.log` needs a Trainer."""
     import torch
+    import torch.nn.functional as F
 
     config = module.configure_optimizers()
     optimizer, schedule = config["optimizer"], config["lr_scheduler"]["scheduler"]
-    module.train()
+    net = module.model.train()
     started = time.perf_counter()
-    for i, batch in enumerate(batches):
-        loss = module.training_step(batch, i)["loss"]
+    for tokens, mask in batches:
+        logits = net(tokens[:, :-1])
+        target = mask[:, 1:]
+        loss = F.cross_entropy(logits[target], tokens[:, 1:][target])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

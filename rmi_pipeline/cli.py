@@ -220,6 +220,8 @@ def cmd_rollback(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     from .feedback_cli import add_feedback_commands
 
+    # before torch loads: its waiting OpenMP threads sleep instead of spinning, so shared cores stay usable
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     parser = argparse.ArgumentParser(prog="rmi", description="Recursive model improvement on Dagster.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the loop against the simulated world")

@@ -3,6 +3,9 @@
 import json
 import os
 
+# torch's OpenMP threads spin while they wait; on shared cores that slows in-process training ~25x
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import pytest
 
 FAST = {
