@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from typing import Any
 
 from dagster import ConfigurableResource
@@ -24,7 +25,10 @@ class ObjectStore(ConfigurableResource):
     def _fs(self):
         import fsspec
 
-        options = {"endpoint_url": self.endpoint_url} if self.endpoint_url and self.is_s3 else {}
+        # the endpoint is passed even when it comes from the environment: fsspec caches filesystems by their
+        # arguments, and one made for another endpoint would otherwise be handed back
+        endpoint = self.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3")
+        options = {"endpoint_url": endpoint} if endpoint and self.is_s3 else {}
         return fsspec.core.url_to_fs(self.url, **options)
 
     @property
