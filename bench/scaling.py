@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -72,9 +73,8 @@ def _rss_kb(pid: int) -> int:
     return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
 
 
-def one_volume(n: int, train_steps: int) -> dict:
+def one_volume(n: int, train_steps: int, home: Path) -> dict:
     """The child process: a home with a first model, n events ingested, one improvement cycle timed."""
-    home = Path(tempfile.mkdtemp(prefix=f"rmi-scaling-{n}-"))
     os.environ.update({"RMI_HOME": str(home), "RMI_BOOTSTRAP_STEPS": "50", "RMI_GATE_FIRST_FLOOR": "0",
                        "RMI_TRAIN_STEPS": str(train_steps), "MLFLOW_DISABLE_TELEMETRY": "true"})
     from dagster import DagsterInstance
@@ -177,7 +177,11 @@ def main() -> None:
     parser.add_argument("--no-sizes", action="store_true", help="skip part 2")
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one_volume(args.one, args.train_steps)))
+        home = Path(tempfile.mkdtemp(prefix=f"rmi-scaling-{args.one}-"))
+        try:
+            print(json.dumps(one_volume(args.one, args.train_steps, home)))
+        finally:
+            shutil.rmtree(home, ignore_errors=True)  # up to a GB of store and warehouse per volume
         return
     if args.largest:
         part1([n for n in VOLUMES if n <= args.largest], args.train_steps)
