@@ -33,7 +33,7 @@ CONFIGS = {
     "a": ("feedback only", OFF),
     "b": ("+ harder tasks", {**OFF, "practice": 0.1}),
     "c": ("+ RL with hints", {**OFF, "practice": 0.1, "rl": 0.1, "hint_distill": 0.05}),
-    "d": ("+ self-labelling (full)", {}),
+    "d": ("+ self-labelling (full)", {"practice": 0.1, "rl": 0.1, "hint_distill": 0.05, "self_label": 0.05}),
     "self": ("self-labelling alone", {"feedback": 0, "corrections": 0, "practice": 0, "rl": 0, "hint_distill": 0,
                                       "replay": 0.5, "self_label": 0.5}),
 }

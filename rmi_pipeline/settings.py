@@ -11,8 +11,10 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-DEFAULT_MIX = {"feedback": 0.25, "corrections": 0.15, "replay": 0.3, "practice": 0.1, "rl": 0.1,
-               "hint_distill": 0.05, "self_label": 0.05}
+# The champion's own sources start off: with the 0.1M default model they measured worse than feedback alone
+# (bench/ablation.py, README); RMI_MIX turns them on, e.g. '{"practice": 0.1, "rl": 0.1, "hint_distill": 0.05}'.
+DEFAULT_MIX = {"feedback": 0.25, "corrections": 0.15, "replay": 0.3, "practice": 0.0, "rl": 0.0,
+               "hint_distill": 0.0, "self_label": 0.0}
 SOURCES = tuple(DEFAULT_MIX)
 
 
