@@ -38,6 +38,3 @@ def decode(model: torch.nn.Module, prompts: torch.Tensor, new_tokens: int, *, te
     model.train(was_training)
     return torch.cat(out) if out else torch.empty(0, new_tokens, dtype=torch.long)
 
-
-def greedy(model: torch.nn.Module, prompts: torch.Tensor, new_tokens: int, batch_size: int = 2048) -> torch.Tensor:
-    return decode(model, prompts, new_tokens, batch_size=batch_size)
