@@ -54,12 +54,13 @@ def training_dataset(
         "CASE WHEN correction IS NOT NULL THEN 'correction' ELSE 'thumbs_up' END AS source, 1.0::DOUBLE AS scale "
         "FROM feedback_events WHERE correction IS NOT NULL OR rating = 'up' ORDER BY ts, event_id")
     seed = recipe.seed_tasks(random.Random(settings.seed))
+    champion = registry.version("champion")
     rows = pl.concat([
         pl.DataFrame({"prompt": [t.prompt for t in seed], "target": [t.answer for t in seed],
                       "batch_id": [None] * len(seed), "source": ["seed"] * len(seed), "scale": [1.0] * len(seed)},
                      schema=feedback.schema),
         feedback,
-        _practice_rows(storage, registry, feedback.schema),
+        _practice_rows(storage, champion, feedback.schema),
     ])
     canary_rows = rows.filter(pl.col("prompt").str.contains(canary, literal=True)
                               | pl.col("target").str.contains(canary, literal=True)).height
@@ -82,7 +83,6 @@ def training_dataset(
     slices = [recipe.slice_of(p) for p in rows["prompt"]]
     rows = rows.with_columns(skill=pl.Series([s for s, _ in slices]), tier=pl.Series([t for _, t in slices]))
 
-    champion = registry.version("champion")
     trained = _batches_of(storage, champion.tags.get("dataset_version")) if champion else set()
     batches = sorted(b for b in rows["batch_id"].unique().to_list() if b is not None)
     new_batches = sorted(set(batches) - trained)  # feedback the champion has not learned from
@@ -129,12 +129,11 @@ def _batches_of(storage: ObjectStore, version: str | None) -> set[str]:
     return set(storage.read_json(key)["batches"]) if version and storage.exists(key) else set()
 
 
-def _practice_rows(storage: ObjectStore, registry: ModelRegistry, schema):
+def _practice_rows(storage: ObjectStore, champion, schema):
     """The rows the current champion made in `practice` (none before a first champion)."""
     import polars as pl
 
     latest = storage.read_json(layout.PRACTICE_LATEST) if storage.exists(layout.PRACTICE_LATEST) else {}
-    champion = registry.version("champion")
     if not latest.get("rows") or champion is None or latest["champion_version"] != str(champion.version):
         return pl.DataFrame(schema=schema)
     made = storage.read_parquet(latest["rows"])
