@@ -1,6 +1,6 @@
 """What each way of improving buys: the same cycles, seed and world with more of the method turned on.
 
-    python bench/ablation.py [--cycles 3] [--configs a,b,c,d,self]
+    python bench/ablation.py [--cycles 3] [--configs a,b,c,d,self] [--size tiny|tiny-places]
 
     a  fine-tuning on feedback only (feedback, corrections, replay)
     b  + harder tasks (practice problems at the frontier, answers the verifier accepts)
@@ -8,6 +8,8 @@
     d  + self-labelling (the full method, the default mix)
     self  self-labelling alone: no users, no verifier; only the seed set and the champion's own agreed labels
 
+--size picks the model of configurations a-d (`tiny`, the default model, or `tiny-places`, positions by place
+value: the only one that can answer past the longest problems it was taught); `self` always uses tiny-places.
 Each configuration runs the real loop (`rmi run`'s jobs on a Dagster instance, MLflow, DuckDB) in its own
 RMI_HOME, in its own process. Configurations a-d start from one shared first model (cycle 0 has no champion to
 practise with, so it is the same for all): it is trained once and its RMI_HOME copied. Per cycle it prints the
@@ -38,23 +40,26 @@ CONFIGS = {
                                       "replay": 0.5, "self_label": 0.5}),
 }
 # Self-labelling needs a model that answers a little past what it was taught: positions by place value (absolute
-# positions answer 4-digit sums never right when taught up to 3). That model leaves its early loss plateau later.
-SELF_ONLY = {"RMI_MODEL_SIZE": "tiny-places", "RMI_BOOTSTRAP_STEPS": "5000"}
+# positions answer 4-digit sums never right when taught up to 3). Its first model gets more steps: subtraction
+# is slower to learn with them.
+PLACES = {"RMI_MODEL_SIZE": "tiny-places", "RMI_BOOTSTRAP_STEPS": "5000"}
 # every configuration trains all its steps, however busy the machine: wall time is measured, not capped
 NO_TIME_CAPS = {"RMI_BOOTSTRAP_MAX_SECONDS": "3600", "RMI_TRAIN_MAX_SECONDS": "3600"}
 SOLVED = 0.9
 PROBLEMS = 200  # fresh problems per skill and tier for the highest tier solved
 
 
-def highest_tier_solved(recipe, model, seed: int) -> tuple[int, dict]:
+def highest_tier_solved(recipe, model, seed: int) -> tuple[dict, dict]:
+    """({skill: highest tier with it and every tier below at SOLVED}, {"skill/tier": accuracy})."""
     rng = random.Random(f"bench-tiers-{seed}")
-    accuracy, best = {}, 0
-    for tier in recipe.tiers:
-        scores = [sum(recipe.correct(model, recipe.sample_tasks(rng, PROBLEMS, [s], [tier]))) / PROBLEMS
-                  for s in recipe.skills]
-        accuracy[tier] = min(scores)
-        if best == tier - 1 and accuracy[tier] >= SOLVED:
-            best = tier
+    accuracy, best = {}, {}
+    for skill in recipe.skills:
+        best[skill] = 0
+        for tier in recipe.tiers:
+            accuracy[f"{skill}/{tier}"] = round(
+                sum(recipe.correct(model, recipe.sample_tasks(rng, PROBLEMS, [skill], [tier]))) / PROBLEMS, 2)
+            if best[skill] == tier - 1 and accuracy[f"{skill}/{tier}"] >= SOLVED:
+                best[skill] = tier
     return best, accuracy
 
 
@@ -86,7 +91,7 @@ def run_config(name: str, first: int, cycles: int, out: Path) -> None:
         cycle_seconds = time.perf_counter() - started  # the loop's own time; what follows is the benchmark's
         champion = world.registry.version("champion")
         model = world.registry.load(champion.version, recipe)
-        tier, accuracy = highest_tier_solved(recipe, model, cycle)
+        tiers, accuracy = highest_tier_solved(recipe, model, cycle)
         practice = meta.get("practice", {})
         labels = [r for r in _practice_rows(storage, layout, practice) if r["source"] == "self_label"]
         precision = (sum(recipe.verify(r["prompt"], r["target"])[0] == 1 for r in labels) / len(labels)
@@ -99,7 +104,8 @@ def run_config(name: str, first: int, cycles: int, out: Path) -> None:
             "cycle": cycle, "verdict": evaluation.get("verdict", "failed"), "champion": str(champion.version),
             "anchor_mean": evaluation.get("challenger_anchor_mean") if "champion" in meta
             else evaluation.get("champion_anchor_mean"),
-            "highest_tier": tier, "tier_accuracy": accuracy, "seconds": cycle_seconds,
+            "highest_tier": min(tiers.values()), "by_skill": tiers, "tier_accuracy": accuracy,
+            "seconds": cycle_seconds,
             "self_labels": len(labels), "self_label_precision": precision,
             "by_source": meta.get("training_dataset", {}),
             "hint": {k: practice[k] for k in ("coach_failed", "coach_hinted", "coach_solved_with_hint",
@@ -107,7 +113,7 @@ def run_config(name: str, first: int, cycles: int, out: Path) -> None:
             "failed_then_solved": sum(recipe.correct(model, [_task(recipe, p) for p in failed])) / len(failed)
             if failed else None,
         })
-        print(json.dumps({k: v for k, v in rows[-1].items() if k not in ("by_source", "tier_accuracy")}), flush=True)
+        print(json.dumps({k: v for k, v in rows[-1].items() if k != "by_source"}), flush=True)
     out.write_text(json.dumps(rows, indent=1, default=str))
 
 
@@ -138,6 +144,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--configs", default="a,b,c,d,self")
+    parser.add_argument("--size", default="tiny", choices=["tiny", "tiny-places"], help="the model of a-d")
     parser.add_argument("--run", help=argparse.SUPPRESS)  # internal: one configuration in this process
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
@@ -149,28 +156,34 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rmi-ablation-") as tmp:
         names = args.configs.split(",")
         shared = [n for n in names if n != "self"]
+        model = PLACES if args.size == "tiny-places" else {}
         if shared:  # the first model every feedback configuration starts from
-            print("== cycle 0: the first model, shared by " + ", ".join(shared), flush=True)
-            first = _run(tmp, "first", {}, 0, 0)
+            print(f"== cycle 0: the first model ({args.size}), shared by " + ", ".join(shared), flush=True)
+            first = _run(tmp, "first", {}, 0, 0, model)
         for name in names:
             label, mix = CONFIGS[name]
             print(f"== {name}: {label} (RMI_MIX={json.dumps(mix)})", flush=True)
             if name == "self":
-                results[name] = _run(tmp, name, mix, 0, args.cycles, SELF_ONLY)
+                results[name] = _run(tmp, name, mix, 0, args.cycles, PLACES)
             else:
                 shutil.copytree(Path(tmp) / "first", Path(tmp) / name)
-                results[name] = first + _run(tmp, name, mix, 1, args.cycles)
+                results[name] = first + _run(tmp, name, mix, 1, args.cycles, model)
     print(f"\n| config | {' | '.join(f'cycle {c}' for c in range(args.cycles + 1))} | wall s, cycles 1-{args.cycles} "
           "| self-label precision |")
     print("|---|" + "---|" * (args.cycles + 3))
     for name, rows in results.items():
-        cells = [f"{r['anchor_mean']:.3f} (t{r['highest_tier']})" if r["anchor_mean"] is not None
-                 else f"- (t{r['highest_tier']})" for r in rows]
+        cells = [f"{r['anchor_mean']:.3f} ({_tiers(r['by_skill'])})" if r["anchor_mean"] is not None
+                 else f"- ({_tiers(r['by_skill'])})" for r in rows]
         precision = [f"{r['self_label_precision']:.3f}" for r in rows if r["self_label_precision"] is not None]
         wall = sum(r["seconds"] for r in rows if r["cycle"] > 0)
         print(f"| {name}: {CONFIGS[name][0]} | {' | '.join(cells)} | {wall:.0f} | "
               f"{', '.join(precision) or '-'} |")
-    print("\ncells: champion's private anchor mean after the cycle (t = highest tier solved at 0.9 on fresh problems)")
+    print("\ncells: champion's private anchor mean after the cycle (highest tier solved at 0.9 on fresh problems, "
+          "per skill)")
+
+
+def _tiers(by_skill: dict) -> str:
+    return " ".join(f"{skill} {tier}" for skill, tier in by_skill.items())
 
 
 if __name__ == "__main__":

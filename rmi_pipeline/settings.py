@@ -67,7 +67,9 @@ class Settings(BaseSettings):
     saturation: float = Field(default=0.9, description="Accuracy at which a tier counts as solved: practice and "
                               "self-labelling move one tier past it.")
     practice_problems: int = Field(default=300, description="Generated practice problems per skill and cycle, "
-                                   "at the first tier not yet solved.")
+                                   "from the first tier not yet solved up.")
+    practice_tiers: int = Field(default=2, ge=1, description="Tiers practised per skill: the first not yet solved "
+                                "and this many minus one past it (answers the model cannot find there are dropped).")
     failed_prompts: int = Field(default=300, description="Latest thumbs-down prompts of the champion that RL and "
                                 "the coach retry each cycle.")
     rollout_samples: int = Field(default=8, description="Sampled answers per problem in an RL group.")

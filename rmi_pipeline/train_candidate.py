@@ -65,6 +65,7 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     import polars as pl
     import torch
 
+    from .ml.rl import first_mistake
     from .ml.train import fit
     from .recipes.base import load_recipe
     from .settings import Settings
@@ -77,6 +78,13 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     names = data["mix"].unique(maintain_order=True).to_list()  # the training mix's sources present
     sources = torch.tensor(data["mix"].replace_strict({n: i for i, n in enumerate(names)}).to_numpy())
     scales = torch.tensor(data["scale"].to_numpy())
+    if "reference" in data.columns and data["reference"].is_not_null().any():  # wrong RL answers and a right one
+        wrong = data.with_row_index().filter(pl.col("reference").is_not_null())
+        reference, _ = recipe.encode(wrong["prompt"].to_list(), wrong["reference"].to_list())
+        at = torch.tensor(wrong["index"].to_numpy(), dtype=torch.long)
+        cut = first_mistake(tokens[at], mask[at], reference)
+        scales[at] *= cut.sum(1) / mask[at].sum(1).clamp(min=1)  # a row's loss is a mean over its answer tokens
+        mask[at] = cut
     focus = set(extras.get("focus") or [])
     if focus:  # a regression cycle: weight the regressed slices up
         in_focus = torch.tensor([f"{s}/{t}" in focus for s, t in zip(data["skill"], data["tier"], strict=True)])

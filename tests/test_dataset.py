@@ -103,3 +103,43 @@ def test_text_overlap_is_found_by_13_gram_hashes():
     assert ngram_hashes(row, 13) & ngram_hashes(passage, 13)
     assert not ngram_hashes("the quick brown fox", 13)
     assert not ngram_hashes(row.replace("lazy", "busy"), 13) & ngram_hashes(passage.replace("fox", "cow"), 13)
+
+
+def test_what_earlier_champions_made_is_replayed_but_not_their_rl_samples(rmi_env):
+    import polars as pl
+
+    from rmi_pipeline.assets.dataset import EARLIER_PRACTICE, _practice_rows
+
+    storage = build_resources(rmi_env)["storage"]
+
+    def made(key: str, sources: list[str]) -> None:
+        storage.write_parquet(key, pl.DataFrame({"prompt": [f"{i}+1=" for i in range(len(sources))],
+                                                 "target": [str(i + 1) for i in range(len(sources))],
+                                                 "source": sources, "scale": [1.0] * len(sources)}))
+
+    made(f"{layout.PRACTICE}/v1-100.parquet", ["practice", "rl", "self_label", "hint_distill"])
+    made(f"{layout.PRACTICE}/v2-300.parquet", ["practice", "rl", "rl"])
+    storage.write_json(layout.PRACTICE_LATEST, {"champion_version": "2", "rows": f"{layout.PRACTICE}/v2-300.parquet"})
+    schema = {"prompt": pl.String, "target": pl.String, "batch_id": pl.String, "source": pl.String,
+              "scale": pl.Float64}
+    rows = _practice_rows(storage, type("Version", (), {"version": 2})(), schema)
+    assert sorted(rows["source"].to_list()) == sorted(["practice", "rl", "rl"] + [EARLIER_PRACTICE] * 3)
+    assert _practice_rows(storage, None, schema).is_empty()  # no champion: nothing was made yet
+
+
+def test_each_refresh_draws_new_eval_items_and_the_same_seed_draws_them_again(rmi_env, tmp_path, monkeypatch):
+    def refreshes(home: str, times: int) -> list[set[str]]:
+        monkeypatch.setenv("RMI_HOME", str(tmp_path / home))
+        resources = build_resources(Settings())
+        curate_eval_suite(resources["eval_store"], RECIPE, 40, seed=0)
+        with instance_for_test() as instance:
+            for _ in range(times):
+                assert materialize([eval_suite], instance=instance, resources=resources).success
+        store = resources["eval_store"]
+        # slices of 3 digits and up: small ones (1-digit sums) hold few problems, so draws repeat there
+        return [{i["prompt"] for i in store.read_json(key)["items"] if i["tier"] >= 3}
+                for key in store.list(layout.REFRESHED)]
+
+    first, second = refreshes("one", 2)
+    assert len(first & second) < 0.01 * len(first)  # drawn anew: no model can have seen the next one
+    assert refreshes("two", 1) == [first]  # a second home with the same seed: the same loop

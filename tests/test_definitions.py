@@ -25,7 +25,7 @@ def test_the_asset_graph_is_the_loop():
     assert got == GRAPH
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert checks == {("feedback_batch", "rows_valid"), ("training_dataset", "no_eval_overlap"),
-                      ("training_dataset", "no_canary")}
+                      ("training_dataset", "no_canary"), ("candidate_evaluation", "eval_headroom")}
 
 
 def test_only_evaluation_assets_hold_the_sealed_eval_store():

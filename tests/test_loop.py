@@ -132,3 +132,20 @@ def test_a_person_can_roll_back_and_promote_by_hand_with_an_audit_trail(loop, mo
     assert reasons[:2] == ["fixed upstream", "answers got worse for customers"]
     assert main(["promote", "999", "--reason", "typo"]) == 2
     assert main(["rollback", "--reason", " "]) == 2
+
+
+def test_the_eval_warns_when_no_slice_is_left_to_improve_on(loop):
+    """The cycle-1 champion still fails most long sums (headroom); a model that saturated every slice would not."""
+    import numpy as np
+
+    from rmi_pipeline.assets.evaluation import headroom
+    from rmi_pipeline.ml.gate import Paired
+
+    report = json.loads(loop["storage"].read_bytes(f"evaluations/v{loop['registry'].version('champion').version}.json"))
+    counted = {s["name"] for s in report["decision"]["slices"] if s["counted"]}
+    scores = {s["name"]: s["challenger"] for s in report["decision"]["slices"]}
+    check = headroom({n: Paired(np.array([scores[n]])) for n in counted}, counted)
+    hardest = check.metadata["hardest_slice"].value
+    assert check.passed and scores[hardest] < 0.5 and int(hardest.split("/")[1]) > 4  # users asked up to 5 digits
+    saturated = headroom({n: Paired(np.ones(20)) for n in counted}, counted)
+    assert not saturated.passed and saturated.metadata["slices_under_headroom"].value == 0

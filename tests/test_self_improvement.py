@@ -53,6 +53,19 @@ def test_rl_rewards_answers_against_their_group_and_drops_groups_that_all_score_
     assert right and wrong and min(right) > 0 > max(wrong)
     assert abs(sum(right) + sum(wrong)) < 1e-9  # group-relative: advantages sum to zero
     assert 0 < out.solved_share < 1 and out.samples == 32
+    assert {r["reference"] for r in out.rows if r["target"] == "7"} == {"8"}  # each wrong answer names a right one
+    assert {r["reference"] for r in out.rows if r["target"] == "8"} == {None}
+
+
+def test_a_wrong_answer_is_pushed_down_only_at_its_first_mistake():
+    from rmi_pipeline.ml.rl import first_mistake
+
+    tokens, mask = R.encode(["15+5=", "15+5="], ["10", "20"])  # the model writes the ones first: 0,1 and 0,2
+    reference, _ = R.encode(["15+5=", "15+5="], ["20", "20"])
+    cut = first_mistake(tokens, mask, reference)
+    first = tok.PROMPT_LEN
+    assert cut[0].nonzero().flatten().tolist() == [first + 1]  # the tens digit; the right ones digit is kept
+    assert not cut[1].any()  # the right answer itself has nothing to push down
 
 
 def test_self_labels_come_from_the_first_unsure_tier_and_keep_only_agreed_plausible_answers():
@@ -75,3 +88,19 @@ def test_the_training_mix_rejects_unknown_sources(monkeypatch):
     monkeypatch.setenv("RMI_MIX", '{"reinforcement": 1}')
     with pytest.raises(ValueError, match="unknown training sources"):
         Settings()
+
+
+def test_a_place_value_model_taught_up_to_3_digits_answers_some_4_digit_sums():
+    """What self-labelling stands on: the model answers a little past what it was taught."""
+    from rmi_pipeline.ml.train import fit
+
+    model = R.build_model(learning_rate=3e-3, max_steps=3000, size="tiny-places")
+    near, free = model.model.bias  # the first head prefers keys of nearby places; the last is free; both causal
+    assert near[0, 0] == 0 and near[0, 1] == float("-inf") and near[20, 3] == 0 > near[20, 2] and free[20, 2] == 0
+    seed_set = R.seed_tasks(random.Random(0))
+    fit(model, *R.encode([t.prompt for t in seed_set], [t.answer for t in seed_set]), max_steps=3000,
+        max_seconds=600, seed=1)
+    rng = random.Random(5)
+    taught = sum(R.correct(model, R.sample_tasks(rng, 200, ["add"], [3]))) / 200
+    beyond = sum(R.correct(model, R.sample_tasks(rng, 200, ["add"], [4]))) / 200
+    assert taught > 0.8 and beyond > 0.2, (taught, beyond)

@@ -1,9 +1,9 @@
 """The training dataset: feedback turned into (prompt, target) rows, versioned, checked against the evals.
 
 Targets come from thumbs-up answers and from corrections (thumbs-down without a correction teach nothing here),
-and from what the champion made in `practice`. The recipe's seed set is replayed in every version so nothing
-learned at the start is forgotten. Each row belongs to one source of the training mix (RMI_MIX): its weight is
-the source's share of every batch, spread evenly over the source's rows.
+and from what the champion made in `practice`. The recipe's seed set and what earlier champions made are replayed
+in every version so nothing learned before is forgotten. Each row belongs to one source of the training mix
+(RMI_MIX): its weight is the source's share of every batch, spread evenly over the source's rows.
 Contamination policy: rows whose prompt is a sealed eval item (by canonical hash), or, for text recipes,
 shares an n-gram with one, are removed and counted: users ask such questions naturally, and dropping them
 costs little. Corrected hard cases on the held-out side of the mined split are removed the same way. A canary
@@ -26,6 +26,7 @@ from .feedback import feedback_events
 from .practice import practice
 
 FEEDBACK_MIX = {"thumbs_up": "feedback", "correction": "corrections"}  # new feedback; learned before: replay
+EARLIER_PRACTICE = "earlier_practice"  # rows earlier champions made in `practice`: replayed
 CHECKS = [
     AssetCheckSpec("no_eval_overlap", asset="training_dataset", blocking=True,
                    description="No row's canonical prompt hash is an eval item's."),
@@ -51,13 +52,15 @@ def training_dataset(
 
     feedback = warehouse.query(
         "SELECT prompt, coalesce(correction, completion) AS target, batch_id, "
-        "CASE WHEN correction IS NOT NULL THEN 'correction' ELSE 'thumbs_up' END AS source, 1.0::DOUBLE AS scale "
+        "CASE WHEN correction IS NOT NULL THEN 'correction' ELSE 'thumbs_up' END AS source, 1.0::DOUBLE AS scale, "
+        "NULL::VARCHAR AS reference "
         "FROM feedback_events WHERE correction IS NOT NULL OR rating = 'up' ORDER BY ts, event_id")
     seed = recipe.seed_tasks(random.Random(settings.seed))
     champion = registry.version("champion")
     rows = pl.concat([
         pl.DataFrame({"prompt": [t.prompt for t in seed], "target": [t.answer for t in seed],
-                      "batch_id": [None] * len(seed), "source": ["seed"] * len(seed), "scale": [1.0] * len(seed)},
+                      "batch_id": [None] * len(seed), "source": ["seed"] * len(seed), "scale": [1.0] * len(seed),
+                      "reference": [None] * len(seed)},
                      schema=feedback.schema),
         feedback,
         _practice_rows(storage, champion, feedback.schema),
@@ -89,8 +92,9 @@ def training_dataset(
     is_new = rows["batch_id"].is_in(new_batches)
     feedback_mix = (pl.when(is_new).then(pl.col("source").replace_strict(FEEDBACK_MIX, default=None))
                     .otherwise(pl.lit("replay")))
+    replayed = pl.col("source").is_in(["seed", EARLIER_PRACTICE])
     rows = rows.with_columns(mix=pl.when(pl.col("source").is_in(list(FEEDBACK_MIX))).then(feedback_mix)
-                             .when(pl.col("source") == "seed").then(pl.lit("replay")).otherwise(pl.col("source")))
+                             .when(replayed).then(pl.lit("replay")).otherwise(pl.col("source")))
     n_new = int(is_new.sum())
     rows = rows.filter(pl.col("mix").replace_strict(settings.mix, default=0.0) > 0)
     sizes = dict(rows.group_by("mix").len().iter_rows())
@@ -130,11 +134,24 @@ def _batches_of(storage: ObjectStore, version: str | None) -> set[str]:
 
 
 def _practice_rows(storage: ObjectStore, champion, schema):
-    """The rows the current champion made in `practice` (none before a first champion)."""
+    """The rows the current champion made in `practice`, and what earlier champions made, to replay.
+
+    Earlier answers the verifier accepted or the votes agreed on stay true; earlier RL samples do not carry over:
+    their advantages were measured against a policy that has since moved."""
     import polars as pl
 
     latest = storage.read_json(layout.PRACTICE_LATEST) if storage.exists(layout.PRACTICE_LATEST) else {}
-    if not latest.get("rows") or champion is None or latest["champion_version"] != str(champion.version):
+    if champion is None:
         return pl.DataFrame(schema=schema)
-    made = storage.read_parquet(latest["rows"])
-    return made.select("prompt", "target", pl.lit(None, pl.String).alias("batch_id"), "source", "scale")
+    current = latest.get("rows") if latest.get("champion_version") == str(champion.version) else None
+    made = []
+    for key in storage.list(layout.PRACTICE):
+        if key.endswith(".parquet"):
+            frame = storage.read_parquet(key)
+            if "reference" not in frame.columns:  # made before wrong RL answers named a right one
+                frame = frame.with_columns(reference=pl.lit(None, pl.String))
+            if key != current:
+                frame = frame.filter(pl.col("source") != "rl").with_columns(source=pl.lit(EARLIER_PRACTICE))
+            made.append(frame.select("prompt", "target", pl.lit(None, pl.String).alias("batch_id"), "source",
+                                     "scale", "reference"))
+    return pl.concat(made) if made else pl.DataFrame(schema=schema)

@@ -45,10 +45,12 @@ def eval_suite(context: AssetExecutionContext, storage: ObjectStore, eval_store:
     settings = Settings()
     recipe = load_recipe(settings.recipe)
     anchor = load_anchor(eval_store)
-    stamp = f"{datetime.now(UTC):%Y%m%dT%H%M%S}"
-
+    # the n-th refresh of a seed is drawn the same way every time, so the same seed gives the same loop
+    drawn = len(eval_store.list(layout.REFRESHED))
+    stamp = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{drawn}"
     refreshed = [{"prompt": t.prompt, "answer": t.answer, "skill": t.skill, "tier": t.tier} for t in
-                 recipe.build_eval_suite(random.Random(f"refresh-{stamp}"), settings.refreshed_items_per_slice)]
+                 recipe.build_eval_suite(random.Random(f"refresh-{settings.seed}-{drawn}"),
+                                         settings.refreshed_items_per_slice)]
     eval_store.write_json(f"{layout.REFRESHED}/{stamp}.json", {"version": stamp, "items": refreshed})
 
     hard = warehouse.query("SELECT prompt, correction FROM feedback_events WHERE rating = 'down' AND "

@@ -3,11 +3,20 @@
 Counted slices (skill/tier) pool the anchor and the refreshed set; the mined hard cases and the slices too
 small to be private are guarded against regression but do not make the gain (the champion once failed the
 mined cases, so they would flatter any challenger). The public set and the anchor feed the leak signals.
+The eval must stay harder than the model: a check warns when no counted slice is still under HEADROOM.
 """
 
 import time
 
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
 
 from .. import layout
 from ..resources.registry import CHALLENGER, CHAMPION, ModelRegistry
@@ -16,8 +25,14 @@ from ..settings import Settings
 from .evals import eval_suite, load_anchor, read_set
 from .training import candidate_model
 
+HEADROOM = 0.5  # a slice the challenger answers less than half right still measures the next improvement
+HEADROOM_CHECK = AssetCheckSpec(
+    "eval_headroom", asset="candidate_evaluation",
+    description=f"Some counted slice is still under {HEADROOM:.0%} for the challenger, so the eval can measure the "
+                "next gain. When it fails the recipe needs harder tiers (for arithmetic: a larger WIDTH).")
 
-@asset(deps=[candidate_model, eval_suite], group_name="evaluation", kinds={"pytorch"})
+
+@asset(deps=[candidate_model, eval_suite], group_name="evaluation", kinds={"pytorch"}, check_specs=[HEADROOM_CHECK])
 def candidate_evaluation(context: AssetExecutionContext, storage: ObjectStore, eval_store: ObjectStore,
                          registry: ModelRegistry) -> MaterializeResult:
     import numpy as np
@@ -106,4 +121,14 @@ def candidate_evaluation(context: AssetExecutionContext, storage: ObjectStore, e
         "eval_items": {k: len(v) for k, v in sets.items()},
         "eval_compute_seconds": round(compute_seconds, 3),
         "verdict_table": MetadataValue.md(markdown(decision)),
-    })
+    }, check_results=[headroom(slices, counted)])
+
+
+def headroom(slices: dict, counted: set[str]) -> AssetCheckResult:
+    """Whether the challenger still scores under HEADROOM on some counted slice, and on which it does worst."""
+    scores = {name: float(slices[name].challenger.mean()) for name in sorted(counted)}
+    hardest = min(scores, key=scores.get)
+    return AssetCheckResult(
+        check_name="eval_headroom", passed=scores[hardest] < HEADROOM, severity=AssetCheckSeverity.WARN,
+        metadata={"hardest_slice": hardest, "hardest_slice_score": round(scores[hardest], 4),
+                  "slices_under_headroom": sum(v < HEADROOM for v in scores.values())})

@@ -1,9 +1,10 @@
 """Practice: what the champion makes for its successor, beyond the users' feedback.
 
-At the first tier each skill has not yet solved (the frontier) it gets generated practice problems and keeps the
-answers the recipe's verifier accepts; on those problems and on its latest thumbs-down prompts it samples groups
-of answers for RL; its failures get a second attempt with the verifier's critique as a hint (hinted successes are
-distilled); and just past its reliable range it labels problems itself, keeping only answers its votes agree on.
+At the first tier each skill has not yet solved (the frontier), and RMI_PRACTICE_TIERS - 1 tiers past it, it gets
+generated practice problems and keeps the answers the recipe's verifier accepts; on those problems and on its
+latest thumbs-down prompts it samples groups of answers for RL; its failures get a second attempt with the
+verifier's critique as a hint (hinted successes are distilled); and just past its reliable range it labels
+problems itself, keeping only answers its votes agree on.
 Each source can be turned off by a zero share in RMI_MIX. training_dataset mixes these rows with the feedback.
 """
 
@@ -50,8 +51,10 @@ def practice(context: AssetExecutionContext, storage: ObjectStore, warehouse: Wa
     problems: list[str] = []
     if mix["practice"] or mix["rl"] or mix["hint_distill"]:
         tiers, accuracy = frontier(recipe, model, rng, FRONTIER_PROBLEMS, settings.saturation)
-        problems = [t.prompt for skill, tier in tiers.items()
-                    for t in recipe.sample_tasks(rng, settings.practice_problems, [skill], [tier])]
+        span = {skill: [t for t in recipe.tiers if 0 <= t - tier < settings.practice_tiers]
+                for skill, tier in tiers.items()}
+        problems = [t.prompt for skill in recipe.skills
+                    for t in recipe.sample_tasks(rng, settings.practice_problems, [skill], span[skill])]
         meta |= {f"frontier {s}": t for s, t in tiers.items()}
         meta |= {f"accuracy {s}": round(a, 3) for s, a in accuracy.items()}
     # the champion's latest failures; those on the held-out side of the mined split are eval items, never practice
@@ -85,7 +88,8 @@ def practice(context: AssetExecutionContext, storage: ObjectStore, warehouse: Wa
         meta |= {"self_labels": len(sl.rows), **{f"self_label tier {s}": t for s, t in sl.tiers.items()}}
 
     frame = pl.DataFrame(rows, schema={"prompt": pl.String, "target": pl.String, "source": pl.String,
-                                       "scale": pl.Float64}).with_columns(pl.col("scale").fill_null(1.0))
+                                       "scale": pl.Float64, "reference": pl.String}
+                         ).with_columns(pl.col("scale").fill_null(1.0))
     path = f"{layout.PRACTICE}/v{champion.version}-{events}.parquet"
     storage.write_parquet(path, frame)
     storage.write_json(layout.PRACTICE_LATEST, {"champion_version": str(champion.version), "rows": path})

@@ -1,8 +1,8 @@
 """A compact decoder-only transformer and the LightningModule that trains it.
 
-Learned positions (absolute, or by place value for tasks like arithmetic), pre-norm blocks, tied embeddings,
-nanoGPT-style init. The loss is taken only where `loss_mask` is set (the answer tokens), so prompts teach the
-model nothing it must produce.
+Learned positions (absolute, or by place value for tasks like arithmetic, optionally with attention biased
+toward nearby places), pre-norm blocks, tied embeddings, nanoGPT-style init. The loss is taken only where
+`loss_mask` is set (the answer tokens), so prompts teach the model nothing it must produce.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ class GPTConfig:
     place_ids: list[int] | None = None
     segments: list[int] | None = None  # which part of the input each token belongs to (operand, operator, answer)
     max_offset: int = 0
+    # the place of each token (any positions): all heads but the last prefer keys of nearby places, the nearer the
+    # more, which is the lookup column arithmetic needs from its first steps
+    attention_places: list[int] | None = None
 
 
 class SelfAttention(nn.Module):
@@ -37,11 +40,14 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if bias is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias[:, :T, :T].to(q.dtype))
         return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
@@ -55,8 +61,8 @@ class Block(nn.Module):
             nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.GELU(), nn.Linear(4 * cfg.n_embd, cfg.n_embd)
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), bias)
         return x + self.mlp(self.ln2(x))
 
 
@@ -72,6 +78,8 @@ class GPT(nn.Module):
             self.seg = nn.Embedding(max(cfg.segments) + 1, cfg.n_embd)
             self.register_buffer("place_ids", torch.tensor(cfg.place_ids), persistent=False)
             self.register_buffer("segments", torch.tensor(cfg.segments), persistent=False)
+        if cfg.attention_places is not None:
+            self.register_buffer("bias", self._place_bias(cfg), persistent=False)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
@@ -80,6 +88,15 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():  # scaled residual projections, as in GPT-2
             if name.endswith("proj.weight") or name.endswith("mlp.2.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _place_bias(cfg: GPTConfig) -> torch.Tensor:
+        """(heads, T, T) additive attention scores: causal, and minus the distance in places for all but one head."""
+        places = torch.tensor(cfg.attention_places, dtype=torch.float)
+        distance = (places[:, None] - places[None, :]).abs()
+        slopes = torch.tensor([1.0] * (cfg.n_head - 1) + [0.0])
+        causal = torch.ones(len(places), len(places), dtype=torch.bool).tril()
+        return (-slopes[:, None, None] * distance).masked_fill(~causal, float("-inf"))
 
     @staticmethod
     def _init(m: nn.Module) -> None:
@@ -100,8 +117,9 @@ class GPT(nn.Module):
         return self._run(self.tok(idx) + self.pos(ids) + self.seg(self.segments[:T]))
 
     def _run(self, x: torch.Tensor) -> torch.Tensor:
+        bias = getattr(self, "bias", None)
         for block in self.blocks:
-            x = block(x)
+            x = block(x, bias)
         return self.head(self.ln_f(x))
 
 
