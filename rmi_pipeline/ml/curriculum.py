@@ -1,7 +1,7 @@
 """Harder tasks as the model improves: find, per skill, the first tier the model has not yet saturated.
 
 The frontier is measured on fresh generated problems (the generator knows their answers), never on eval items.
-Practice happens at the frontier: one step past the tiers the model already solves.
+Practice starts at the frontier, one step past the tiers the model already solves (RMI_PRACTICE_TIERS say how many).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ against its group's mean, in units of the group's spread (group-relative policy 
 all score alike teaches nothing and is dropped. Training then scales each sampled answer's loss by its advantage.
 A wrong answer is pushed down only at its first mistake, the token where it leaves a right answer of its group,
 with the weight one token of a right answer gets: the tokens before are right (a wrong sum is mostly right
-digits), those after follow from the mistake, and pushing whole wrong answers down cost the anchor 0.07-0.1 in
+digits), those after follow from the mistake, and pushing whole wrong answers down cost the anchor up to 0.13 in
 bench/ablation.py.
 
 Coaching: a failed first attempt gets the verifier's critique back as a hint for a second attempt (the recipe
