@@ -68,16 +68,16 @@ class Settings(BaseSettings):
                               "self-labelling move one tier past it.")
     practice_problems: int = Field(default=300, description="Generated practice problems per skill and cycle, "
                                    "from the first tier not yet solved up.")
-    practice_tiers: int = Field(default=2, ge=1, description="Tiers practised per skill: the first not yet solved "
-                                "and this many minus one past it (answers the model cannot find there are dropped).")
+    practice_tiers: int = Field(default=2, ge=1, description="Tiers practised and self-labelled per skill: "
+                                "the first not yet solved and this many minus one past it.")
     failed_prompts: int = Field(default=300, description="Latest thumbs-down prompts of the champion that RL and "
                                 "the coach retry each cycle.")
     rollout_samples: int = Field(default=8, description="Sampled answers per problem in an RL group.")
     sample_temperature: float = Field(default=0.7, description="Temperature of sampled answers.")
-    self_label_problems: int = Field(default=300, description="Problems per skill and tier the champion answers "
-                                     "while looking for the edge of its reliable range.")
-    self_label_votes: int = Field(default=4, description="Sampled answers that must all agree with the greedy one "
-                                  "for a self-label to be kept.")
+    self_label_problems: int = Field(default=1000, description="Problems per skill and tier the champion labels "
+                                     "past its reliable range (100 per tier find that edge).")
+    self_label_votes: int = Field(default=4, description="Sampled answers per problem besides the greedy one: the "
+                                  "candidates a self-label is checked from (without recipe checks, all must agree).")
 
     # evals and the promotion gate
     eval_url: str | None = Field(default=None, description="Sealed eval store (may be another bucket); default "

@@ -149,3 +149,39 @@ def test_the_eval_warns_when_no_slice_is_left_to_improve_on(loop):
     assert check.passed and scores[hardest] < 0.5 and int(hardest.split("/")[1]) > 4  # users asked up to 5 digits
     saturated = headroom({n: Paired(np.ones(20)) for n in counted}, counted)
     assert not saturated.passed and saturated.metadata["slices_under_headroom"].value == 0
+
+
+def test_the_champion_practises_for_its_successor_with_every_source_on(loop, tmp_path, monkeypatch):
+    """The practice asset on the loop's champion, in a copy of its home (the shared loop is left as it was)."""
+    import shutil
+
+    import polars as pl
+
+    from rmi_pipeline import layout
+    from rmi_pipeline.assets import practice
+
+    home = tmp_path / "home"
+    shutil.copytree(loop["home"], home)
+    monkeypatch.setenv("RMI_HOME", str(home))
+    monkeypatch.setenv("RMI_MIX", json.dumps({"practice": 0.1, "rl": 0.1, "hint_distill": 0.05, "self_label": 0.05}))
+    for key in ("RMI_PRACTICE_PROBLEMS", "RMI_FAILED_PROMPTS"):
+        monkeypatch.setenv(key, "60")
+    monkeypatch.setenv("RMI_SELF_LABEL_PROBLEMS", "200")
+    resources = build_resources(Settings())
+    with instance_for_test() as instance:
+        result = materialize([practice], instance=instance,
+                             resources={k: resources[k] for k in ("storage", "warehouse", "registry")})
+    assert result.success
+    meta = {k: v.value for k, v in result.asset_materializations_for_node("practice")[0].metadata.items()}
+    latest = resources["storage"].read_json(layout.PRACTICE_LATEST)
+    assert latest["champion_version"] == str(resources["registry"].version("champion").version)
+    rows = resources["storage"].read_parquet(latest["rows"])
+    counts = dict(rows.group_by("source").len().iter_rows())
+    assert {"practice", "rl", "hint_distill"} <= set(counts) and meta["rows"] == len(rows) == sum(counts.values())
+    recipe = ArithmeticRecipe()
+    assert all(recipe.verify(p, t)[0] == 1 for p, t in rows.filter(pl.col("source") == "practice")
+               .select("prompt", "target").iter_rows())  # practice keeps only what the verifier accepts
+    pushed = rows.filter((pl.col("source") == "rl") & (pl.col("scale") < 0))
+    assert len(pushed) and pushed["reference"].null_count() == 0  # each wrong sample names a right one
+    labels = rows.filter(pl.col("source") == "self_label")
+    assert meta["self_labels"] == len(labels) == sum(v for k, v in meta.items() if k.startswith("self_labels "))

@@ -7,7 +7,7 @@ import torch
 
 from rmi_pipeline.ml.rl import coach, rollouts
 from rmi_pipeline.ml.self_label import self_label
-from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
+from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe, problems
 from rmi_pipeline.recipes.arithmetic import tokens as tok
 
 R = ArithmeticRecipe()
@@ -68,16 +68,69 @@ def test_a_wrong_answer_is_pushed_down_only_at_its_first_mistake():
     assert not cut[1].any()  # the right answer itself has nothing to push down
 
 
-def test_self_labels_come_from_the_first_unsure_tier_and_keep_only_agreed_plausible_answers():
+def test_self_labels_come_from_the_first_unsure_tier_and_pass_the_length_filter():
     confident = Scripted({0: {"7": 30.0}})  # always "7": agrees with itself everywhere
     out = self_label(R, confident, random.Random(0), per_tier=50, votes=4, temperature=1.0, saturation=0.9, seed=0)
     # 1-digit sums may be 7; a 2-digit sum cannot have 1 digit, so the length filter rejects every label there
     assert out.agreement["add/1"] == 1.0 and out.agreement["add/2"] == 0.0
     assert out.tiers["add"] == 2 and not [r for r in out.rows if r["prompt"].count("+")]
-    unsure = Scripted({0: {"7": 1.0, "8": 1.0}})  # votes split: tier 1 is already unsure, few labels survive
-    out = self_label(R, unsure, random.Random(0), per_tier=50, votes=4, temperature=1.0, saturation=0.9, seed=0)
-    assert out.tiers == {"add": 1, "sub": 1} and max(out.agreement.values()) < 0.25
-    assert {r["target"] for r in out.rows} == {"7"}  # a kept label is the greedy answer every vote agreed with
+
+
+class Slipping(ArithmeticRecipe):
+    """A 'model' that drops the carry out of the ones in 2-digit sums. Where both ones digits are 5 or more it is
+    sure of that (every vote agrees); on other carries one vote in four is right. Subtraction it gets right."""
+
+    def answer(self, model, prompts):
+        return [self.slip(p) for p in prompts]
+
+    def sample(self, model, prompts, k, temperature, seed):
+        return [[self.slip(p)] * k if self.sure(p) else [self.slip(p)] * (k - 1) + [right(p)] for p in prompts]
+
+    @staticmethod
+    def carries(p):
+        a, op, b = problems.parse(p)
+        return op == "+" and problems.tier_of(a, b) == 2 and a % 10 + b % 10 >= 10
+
+    @classmethod
+    def slip(cls, p):
+        return str(int(right(p)) - 10) if cls.carries(p) else right(p)
+
+    @classmethod
+    def sure(cls, p):
+        a, _, b = problems.parse(p)
+        return cls.carries(p) and a % 10 >= 5 and b % 10 >= 5
+
+
+class SlippingWithoutChecks(Slipping):
+    def checks(self, prompt, completion):
+        return []
+
+
+def right(prompt):
+    return str(problems.solve(*problems.parse(prompt)))
+
+
+def test_a_self_label_is_kept_only_if_the_model_backs_it_up_by_working_back_from_it():
+    def labels(recipe):
+        out = self_label(recipe, None, random.Random(0), per_tier=200, votes=4, temperature=1.0, saturation=0.9,
+                         seed=0)
+        assert out.tiers == {"add": 2}  # the votes split on carries there; subtraction never leaves its sure range
+        return {r["prompt"]: r["target"] for r in out.rows}
+
+    votes_only = labels(SlippingWithoutChecks())
+    assert {p for p, t in votes_only.items() if t != right(p)} == {p for p in votes_only if Slipping.sure(p)} != set()
+    checked = labels(Slipping())
+    assert all(t == right(p) for p, t in checked.items())  # 57+68=115 is refuted: the model says 115-68=47
+    rescued = [p for p in checked if Slipping.carries(p)]  # greedy was wrong; the vote that passed its checks won
+    assert rescued and not any(Slipping.sure(p) for p in rescued)
+    assert set(checked) >= {p for p in votes_only if not Slipping.sure(p)}
+
+
+def test_arithmetic_checks_work_back_from_an_answer_by_the_inverse_operation():
+    assert R.checks("57+68=", "125") == [("125-68=", "57"), ("125-57=", "68")]
+    assert R.checks("125-68=", "57") == [("57+68=", "125"), ("125-57=", "68")]
+    assert R.checks("99999999+1=", "100000000") == []  # no 9-digit problems: nothing to check it by
+    assert R.checks("5-3=", "x") == []
 
 
 def test_the_training_mix_rejects_unknown_sources(monkeypatch):
@@ -94,6 +147,7 @@ def test_a_place_value_model_taught_up_to_3_digits_answers_some_4_digit_sums():
     """What self-labelling stands on: the model answers a little past what it was taught."""
     from rmi_pipeline.ml.train import fit
 
+    torch.manual_seed(0)  # the same first weights whatever ran before
     model = R.build_model(learning_rate=3e-3, max_steps=3000, size="tiny-places")
     near, free = model.model.bias  # the first head prefers keys of nearby places; the last is free; both causal
     assert near[0, 0] == 0 and near[0, 1] == float("-inf") and near[20, 3] == 0 > near[20, 2] and free[20, 2] == 0

@@ -4,7 +4,7 @@ At the first tier each skill has not yet solved (the frontier), and RMI_PRACTICE
 generated practice problems and keeps the answers the recipe's verifier accepts; on those problems and on its
 latest thumbs-down prompts it samples groups of answers for RL; its failures get a second attempt with the
 verifier's critique as a hint (hinted successes are distilled); and just past its reliable range it labels
-problems itself, keeping only answers its votes agree on.
+problems itself (that tier and RMI_PRACTICE_TIERS - 1 past it), keeping only answers it backs up.
 Each source can be turned off by a zero share in RMI_MIX. training_dataset mixes these rows with the feedback.
 """
 
@@ -83,9 +83,9 @@ def practice(context: AssetExecutionContext, storage: ObjectStore, warehouse: Wa
         storage.write_json(f"{layout.PRACTICE}/v{champion.version}-failed.json", {"prompts": co.failed_prompts})
     if mix["self_label"]:
         sl = self_label(recipe, model, rng, settings.self_label_problems, settings.self_label_votes, temperature,
-                        settings.saturation, seed + 3)
+                        settings.saturation, seed + 3, settings.practice_tiers)
         rows += [{**r, "source": "self_label"} for r in sl.rows]
-        meta |= {"self_labels": len(sl.rows), **{f"self_label tier {s}": t for s, t in sl.tiers.items()}}
+        meta |= {"self_labels": len(sl.rows), **{f"self_labels {st}": n for st, n in sl.kept.items()}}
 
     frame = pl.DataFrame(rows, schema={"prompt": pl.String, "target": pl.String, "source": pl.String,
                                        "scale": pl.Float64, "reference": pl.String}

@@ -58,6 +58,11 @@ class Recipe(ABC):
         """Format and length filter on a label the model wrote itself (no ground truth involved)."""
         return self.is_valid_completion(completion)
 
+    def checks(self, prompt: str, completion: str) -> list[tuple[str, str]]:
+        """Problems whose answers follow from this one if `completion` is right, as (prompt, expected answer): the
+        model checks a label it wrote by working back from it (a + b = c implies c - b = a). None by default."""
+        return []
+
     @abstractmethod
     def is_valid_prompt(self, prompt: str) -> bool:
         """Whether a prompt is one this model can be asked (others cannot train it)."""

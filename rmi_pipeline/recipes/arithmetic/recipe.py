@@ -83,6 +83,16 @@ class ArithmeticRecipe(Recipe):
         longest = len(str(max(a, b)))
         return len(completion) in ((longest, longest + 1) if op == "+" else range(1, longest + 1))
 
+    def checks(self, prompt, completion):
+        # the inverse operations: a + b = c holds only if c - b = a and c - a = b; a - b = c only if c + b = a
+        a, op, b = self._parse(prompt)
+        if not problems.is_answer(completion) or len(str(int(completion))) > problems.WIDTH:
+            return []
+        c = int(completion)
+        if op == "+":
+            return [(f"{c}-{b}=", str(a)), (f"{c}-{a}=", str(b))]
+        return [(f"{c}+{b}=", str(a))] + ([(f"{a}-{c}=", str(b))] if c <= a else [])
+
     def _complete(self, model, prompts, **decoding):
         from ...ml.decoding import decode
 
