@@ -20,7 +20,6 @@ class SelfLabels:
     tiers: dict = field(default_factory=dict)  # skill -> the first tier labelled
     agreement: dict = field(default_factory=dict)  # "skill/tier" -> share of problems whose votes all agreed
     kept: dict = field(default_factory=dict)  # "skill/tier" -> labels kept there
-    asked: int = 0
 
 
 def self_label(recipe, model, rng: random.Random, per_tier: int, votes: int, temperature: float,
@@ -32,26 +31,25 @@ def self_label(recipe, model, rng: random.Random, per_tier: int, votes: int, tem
             if skill in out.tiers and tier >= out.tiers[skill] + tiers:
                 break
             if skill not in out.tiers:
-                *_, agreed = _answers(recipe, model, rng, skill, tier, probe, votes, temperature, seed, out)
+                *_, agreed = _answers(recipe, model, rng, skill, tier, probe, votes, temperature, seed)
                 out.agreement[f"{skill}/{tier}"] = sum(agreed) / len(agreed)
                 if out.agreement[f"{skill}/{tier}"] >= saturation:
                     continue  # still reliable
                 out.tiers[skill] = tier
             labels = _backed_up(recipe, model, *_answers(recipe, model, rng, skill, tier, per_tier, votes,
-                                                          temperature, seed + 1, out))
+                                                          temperature, seed + 1))
             out.kept[f"{skill}/{tier}"] = len(labels)
             out.rows += labels
     return out
 
 
-def _answers(recipe, model, rng, skill, tier, n, votes, temperature, seed, out):
+def _answers(recipe, model, rng, skill, tier, n, votes, temperature, seed):
     """n fresh problems of a tier (their true answers unused), the greedy answers, the votes, and whether all agree."""
     prompts = [t.prompt for t in recipe.sample_tasks(rng, n, [skill], [tier])]
     greedy = recipe.answer(model, prompts)
     samples = recipe.sample(model, prompts, votes, temperature, seed + tier)
     agreed = [all(s == g for s in group) and recipe.plausible(p, g)
               for p, g, group in zip(prompts, greedy, samples, strict=True)]
-    out.asked += n
     return prompts, greedy, samples, agreed
 
 
