@@ -6,7 +6,7 @@
     a_long  a trained 4,000 steps a cycle instead of 2,500: about d's wall time, for a comparison at equal time
     b  + harder tasks (practice problems at the frontier, answers the verifier accepts)
     c  + RL from the verifier with coach hints (and distillation of hinted successes)
-    d  + self-labelling (the full method, the default mix)
+    d  + self-labelling (the full method; its shares are the README's recipe for turning the sources on)
     self  self-labelling alone: no users, no verifier; only the seed set and the champion's own agreed labels
 
 --size picks the model of configurations a-d (`tiny`, the default model, or `tiny-places`, positions by place

@@ -63,7 +63,7 @@ class Settings(BaseSettings):
         "Share of each training batch per source (JSON; 0 turns a source off): feedback (new thumbs-up answers), "
         "corrections (new), replay (the seed set and feedback learned before), practice (harder problems the "
         "champion solved), rl (its sampled answers, scaled by advantage), hint_distill (answers it found with a "
-        "coach's hint), self_label (its agreed answers past its reliable range)."))
+        "coach's hint), self_label (its answers past its reliable range that it backs up)."))
     saturation: float = Field(default=0.9, description="Accuracy at which a tier counts as solved: practice and "
                               "self-labelling move one tier past it.")
     practice_problems: int = Field(default=300, description="Generated practice problems per skill and cycle, "
