@@ -185,3 +185,17 @@ def test_the_champion_practises_for_its_successor_with_every_source_on(loop, tmp
     assert len(pushed) and pushed["reference"].null_count() == 0  # each wrong sample names a right one
     labels = rows.filter(pl.col("source") == "self_label")
     assert meta["self_labels"] == len(labels) == sum(v for k, v in meta.items() if k.startswith("self_labels "))
+
+    # the gate turns a candidate down and nothing new arrives: the next turn practises on other problems
+    registry = resources["registry"]
+    with registry.run("turned-down", tags={}) as run_id:
+        registry.register(run_id, recipe.build_model(learning_rate=0.0, max_steps=1), tags={})
+    monkeypatch.setenv("RMI_MIX", json.dumps({"practice": 0.1}))
+    with instance_for_test() as instance:
+        again = materialize([practice], instance=instance,
+                            resources={k: resources[k] for k in ("storage", "warehouse", "registry")})
+    retried = {k: v.value for k, v in again.asset_materializations_for_node("practice")[0].metadata.items()}
+    assert retried["retry"] == meta["retry"] + 1 and retried["champion_version"] == meta["champion_version"]
+    solved = resources["storage"].read_parquet(resources["storage"].read_json(layout.PRACTICE_LATEST)["rows"])
+    before = set(rows.filter(pl.col("source") == "practice")["prompt"])
+    assert len(solved) and len(before & set(solved["prompt"])) < len(solved) / 2

@@ -42,11 +42,12 @@ def practice(context: AssetExecutionContext, storage: ObjectStore, warehouse: Wa
         return MaterializeResult(metadata={"status": "no champion yet" if champion is None else "turned off"})
     model = registry.load(champion.version, recipe)
     events = warehouse.query("SELECT count(*) AS n FROM feedback_events")["n"][0]
-    key = f"{settings.seed}-{champion.version}-{events}"  # the same world gives the same practice
-    rng, seed = random.Random(f"practice-{key}"), settings.seed + int(champion.version)
+    retry = registry.candidates_since(champion.version)  # after a turned-down candidate, other problems
+    key = f"{settings.seed}-{champion.version}-{events}" + (f"-retry{retry}" if retry else "")
+    rng, seed = random.Random(f"practice-{key}"), settings.seed + int(champion.version) + 1000 * retry
     k, temperature = settings.rollout_samples, settings.sample_temperature
     rows: list[dict] = []
-    meta: dict = {"champion_version": str(champion.version)}
+    meta: dict = {"champion_version": str(champion.version), "retry": retry}
 
     problems: list[str] = []
     if mix["practice"] or mix["rl"] or mix["hint_distill"]:

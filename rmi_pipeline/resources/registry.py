@@ -62,6 +62,12 @@ class ModelRegistry(ConfigurableResource):
         except MlflowException:
             return None
 
+    def candidates_since(self, version: str | int) -> int:
+        """Versions registered after `version`: candidates the gate turned down while it stayed champion. A turn
+        with nothing new to learn from counts them, so it tries something new instead of the same candidate."""
+        return sum(int(mv.version) > int(version)
+                   for mv in self.client().search_model_versions(f"name='{self.model_name}'"))
+
     def register(self, run_id: str, module, tags: dict[str, str]):
         """Log the module's checkpoint to the run, create a model version from it and point `challenger` at it."""
         import torch
