@@ -74,6 +74,10 @@ def test_with_no_improvement_possible_the_loop_stops_after_its_budget_and_alerts
             ("regression", "sub/5", "1"), ("regression", "sub/5", "2")]
         assert all(ok and verdict == "reject" for _, ok, verdict in attempts)
         assert registry.version("champion").version == first
+        client = registry.client()  # the second turn did not remake the first's candidate: it trained anew
+        seeds = [client.get_run(client.get_model_version(settings.model_name, v).run_id).data.params["seed"]
+                 for v in (first + 1, first + 2)]
+        assert seeds == [str(settings.seed + first), str(settings.seed + first + 1000)]
         for _ in range(3):
             assert "budget spent" in tick().skip_message
         assert len(bodies) == 1 and bodies[0]["text"].startswith("[rmi budget] champion v1 regressed on sub/5")
