@@ -28,14 +28,14 @@ def self_label(recipe, model, rng: random.Random, per_tier: int, votes: int, tem
     out = SelfLabels()
     for skill in recipe.skills:
         for tier in recipe.tiers:
-            if skill in out.tiers and tier >= out.tiers[skill] + tiers:
-                break
-            if skill not in out.tiers:
-                *_, agreed = _answers(recipe, model, rng, skill, tier, probe, votes, temperature, seed)
-                out.agreement[f"{skill}/{tier}"] = sum(agreed) / len(agreed)
-                if out.agreement[f"{skill}/{tier}"] >= saturation:
-                    continue  # still reliable
+            *_, agreed = _answers(recipe, model, rng, skill, tier, probe, votes, temperature, seed)
+            out.agreement[f"{skill}/{tier}"] = sum(agreed) / len(agreed)
+            if out.agreement[f"{skill}/{tier}"] < saturation:
                 out.tiers[skill] = tier
+                break
+        if skill not in out.tiers:
+            continue  # reliable at every tier: nothing past it to label
+        for tier in [t for t in recipe.tiers if out.tiers[skill] <= t < out.tiers[skill] + tiers]:
             labels = _backed_up(recipe, model, *_answers(recipe, model, rng, skill, tier, per_tier, votes,
                                                           temperature, seed + 1))
             out.kept[f"{skill}/{tier}"] = len(labels)
