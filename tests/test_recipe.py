@@ -2,6 +2,7 @@
 
 import random
 
+import pytest
 import torch
 
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
@@ -40,6 +41,31 @@ def test_greedy_answers_come_back_in_reading_order():
             return logits
 
     assert R.answer(Echo(), ["1+1=", "bad prompt", "99-3="]) == ["777777777", "", "777777777"]
+
+
+@pytest.mark.parametrize("size", ["tiny", "tiny-places"])
+def test_decoding_with_cached_keys_gives_the_tokens_of_recomputing_every_step(size):
+    from rmi_pipeline.ml.decoding import decode
+
+    torch.manual_seed(0)
+    net = R.build_model(3e-3, 10, size).model.eval()
+    with torch.no_grad():  # weights far from the init's near-uniform output, so answers vary from row to row
+        for p in net.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    prompts = tok.encode([tok.model_prompt(a, op, b) for a, op, b in [(123, "+", 45), (9_999_999, "-", 8), (7, "+", 7)]
+                          for _ in range(20)])
+    for temperature in (0.0, 1.0):
+        cached = decode(net, prompts, tok.ANSWER_LEN, temperature=temperature,
+                        generator=torch.Generator().manual_seed(1))
+        generator, idx = torch.Generator().manual_seed(1), prompts
+        with torch.no_grad():
+            for _ in range(tok.ANSWER_LEN):
+                logits = net(idx)[:, -1]
+                nxt = (torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator)
+                       if temperature else logits.argmax(-1, keepdim=True))
+                idx = torch.cat([idx, nxt], dim=1)
+        assert torch.equal(cached, idx[:, tok.PROMPT_LEN:])
+        assert len({tuple(row) for row in cached.tolist()}) >= (4 if temperature else 3)  # not one answer for all
 
 
 def test_verifier_rewards_right_answers_and_critiques_wrong_ones():

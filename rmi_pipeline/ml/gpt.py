@@ -40,14 +40,20 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: list | None = None) -> torch.Tensor:
+        """`mask`: None for causal attention, else additive scores or allowed keys (bool) for these queries."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        if bias is None:
+        if cache is not None:  # decoding: keys and values of the earlier tokens are kept, not recomputed
+            if cache:
+                k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+            cache[:] = [k, v]
+        if mask is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias[:, :T, :T].to(q.dtype))
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask if mask.dtype == torch.bool
+                                               else mask.to(q.dtype))
         return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
@@ -61,8 +67,8 @@ class Block(nn.Module):
             nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.GELU(), nn.Linear(4 * cfg.n_embd, cfg.n_embd)
         )
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), bias)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: list | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), mask, cache)
         return x + self.mlp(self.ln2(x))
 
 
@@ -107,19 +113,29 @@ class GPT(nn.Module):
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, mean=0.0, std=0.02)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, cache: list | None = None) -> torch.Tensor:
+        """Logits for tokens `idx`. `cache` (decoding): a list, empty at first, that keeps each block's keys and
+        values, so the next call passes only the new tokens."""
+        start = cache[0][0].shape[2] if cache else 0
         T = idx.shape[1]
+        end = start + T
         if self.cfg.place_ids is None:
-            return self._run(self.tok(idx) + self.pos(torch.arange(T, device=idx.device)))
-        ids = self.place_ids[:T].expand(idx.shape[0], T)
-        if self.training and self.cfg.max_offset:
-            ids = ids + torch.randint(0, self.cfg.max_offset + 1, (idx.shape[0], 1), device=idx.device)
-        return self._run(self.tok(idx) + self.pos(ids) + self.seg(self.segments[:T]))
-
-    def _run(self, x: torch.Tensor) -> torch.Tensor:
-        bias = getattr(self, "bias", None)
-        for block in self.blocks:
-            x = block(x, bias)
+            x = self.tok(idx) + self.pos(torch.arange(start, end, device=idx.device))
+        else:
+            ids = self.place_ids[start:end].expand(idx.shape[0], T)
+            if self.training and self.cfg.max_offset:
+                ids = ids + torch.randint(0, self.cfg.max_offset + 1, (idx.shape[0], 1), device=idx.device)
+            x = self.tok(idx) + self.pos(ids) + self.seg(self.segments[start:end])
+        if hasattr(self, "bias"):
+            mask = self.bias[:, start:end, :end]
+        elif start:  # new queries see every cached key and each other causally
+            mask = torch.ones(T, end, dtype=torch.bool, device=idx.device).tril(start)
+        else:
+            mask = None
+        if cache is not None and not cache:
+            cache += [[] for _ in self.blocks]
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask, None if cache is None else cache[i])
         return self.head(self.ln_f(x))
 
 
