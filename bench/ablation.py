@@ -7,7 +7,8 @@
     b  + harder tasks (practice problems at the frontier, answers the verifier accepts)
     c  + RL from the verifier with coach hints (and distillation of hinted successes)
     d  + self-labelling (the full method; its shares are the README's recipe for turning the sources on)
-    self  self-labelling alone: no users, no verifier; only the seed set and the champion's own agreed labels
+    self  self-labelling alone: no users, no verifier; only the seed set and the champion's own checked labels
+          (4,000 training steps a cycle)
 
 --size picks the model of configurations a-d (`tiny`, the default model, or `tiny-places`, positions by place
 value: the only one that can answer past the longest problems it was taught); `self` always uses tiny-places.
@@ -41,7 +42,8 @@ CONFIGS = {
                                       "replay": 0.5, "self_label": 0.5}),
     "a_long": ("feedback only, d's wall time", OFF),
 }
-STEPS = {"a_long": {"RMI_TRAIN_STEPS": "4000"}}  # the default is 2,500
+# the default is 2,500; self-labelling alone has no time to match, and its labels need the steps
+STEPS = {"a_long": {"RMI_TRAIN_STEPS": "4000"}, "self": {"RMI_TRAIN_STEPS": "4000"}}
 # Self-labelling needs a model that answers a little past what it was taught: positions by place value (absolute
 # positions answer 4-digit sums never right when taught up to 3). Its first model gets more steps: subtraction
 # is slower to learn with them.
@@ -167,7 +169,7 @@ def main() -> None:
             label, mix = CONFIGS[name]
             print(f"== {name}: {label} (RMI_MIX={json.dumps(mix)})", flush=True)
             if name == "self":
-                results[name] = _run(tmp, name, mix, 0, args.cycles, PLACES)
+                results[name] = _run(tmp, name, mix, 0, args.cycles, {**PLACES, **STEPS[name]})
             else:
                 shutil.copytree(Path(tmp) / "first", Path(tmp) / name)
                 results[name] = first + _run(tmp, name, mix, 1, args.cycles, {**model, **STEPS.get(name, {})})
