@@ -1,14 +1,15 @@
 """What each way of improving buys: the same cycles, seed and world with more of the method turned on.
 
-    python bench/ablation.py [--cycles 3] [--configs a,a_long,b,c,d,self] [--size tiny|tiny-places]
+    python bench/ablation.py [--cycles 3] [--configs a,a_long,b,c,d,d_long,self] [--size tiny|tiny-places]
 
     a  fine-tuning on feedback only (feedback, corrections, replay)
-    a_long  a trained 4,000 steps a cycle instead of 2,500: about d's wall time, for a comparison at equal time
+    a_long  a trained 4,000 steps a cycle instead of 2,500, for a comparison at equal wall time with d_long
     b  + harder tasks (practice problems at the frontier, answers the verifier accepts)
     c  + RL from the verifier with coach hints (and distillation of hinted successes)
     d  + self-labelling (the full method; its shares are the README's recipe for turning the sources on)
+    d_long  d trained 3,500 steps a cycle: the time its sources take to make data plus 3,500 steps is a_long's
     self  self-labelling alone: no users, no verifier; only the seed set and the champion's own checked labels
-          (4,000 training steps a cycle)
+          (4,000 problems per labelled tier and 4,000 training steps a cycle)
 
 --size picks the model of configurations a-d (`tiny`, the default model, or `tiny-places`, positions by place
 value: the only one that can answer past the longest problems it was taught); `self` always uses tiny-places.
@@ -33,17 +34,21 @@ import time
 from pathlib import Path
 
 OFF = {"practice": 0, "rl": 0, "hint_distill": 0, "self_label": 0}
+FULL = {"practice": 0.1, "rl": 0.1, "hint_distill": 0.05, "self_label": 0.05}
 CONFIGS = {
     "a": ("feedback only", OFF),
     "b": ("+ harder tasks", {**OFF, "practice": 0.1}),
     "c": ("+ RL with hints", {**OFF, "practice": 0.1, "rl": 0.1, "hint_distill": 0.05}),
-    "d": ("+ self-labelling (full)", {"practice": 0.1, "rl": 0.1, "hint_distill": 0.05, "self_label": 0.05}),
+    "d": ("+ self-labelling (full)", FULL),
     "self": ("self-labelling alone", {"feedback": 0, "corrections": 0, "practice": 0, "rl": 0, "hint_distill": 0,
                                       "replay": 0.5, "self_label": 0.5}),
-    "a_long": ("feedback only, d's wall time", OFF),
+    "a_long": ("feedback only, 4,000 steps", OFF),
+    "d_long": ("full, 3,500 steps (a_long's wall time)", FULL),
 }
-# the default is 2,500; self-labelling alone has no time to match, and its labels need the steps
-STEPS = {"a_long": {"RMI_TRAIN_STEPS": "4000"}, "self": {"RMI_TRAIN_STEPS": "4000"}}
+# the defaults are 2,500 steps and 1,000 self-labelled problems per tier. Self-labelling alone has no time to
+# match, and its labels are half of every batch: with 1,000 problems each label was seen about 60 times a cycle.
+CONFIG_ENV = {"a_long": {"RMI_TRAIN_STEPS": "4000"}, "d_long": {"RMI_TRAIN_STEPS": "3500"},
+              "self": {"RMI_TRAIN_STEPS": "4000", "RMI_SELF_LABEL_PROBLEMS": "4000"}}
 # Self-labelling needs a model that answers a little past what it was taught: positions by place value (absolute
 # positions answer 4-digit sums never right when taught up to 3). Its first model gets more steps: subtraction
 # is slower to learn with them.
@@ -148,7 +153,7 @@ def _run(tmp: str, name: str, mix: dict, first: int, cycles: int, env: dict | No
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cycles", type=int, default=3)
-    parser.add_argument("--configs", default="a,a_long,b,c,d,self")
+    parser.add_argument("--configs", default="a,a_long,b,c,d,d_long,self")
     parser.add_argument("--size", default="tiny", choices=["tiny", "tiny-places"], help="the model of a-d")
     parser.add_argument("--run", help=argparse.SUPPRESS)  # internal: one configuration in this process
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -169,10 +174,10 @@ def main() -> None:
             label, mix = CONFIGS[name]
             print(f"== {name}: {label} (RMI_MIX={json.dumps(mix)})", flush=True)
             if name == "self":
-                results[name] = _run(tmp, name, mix, 0, args.cycles, {**PLACES, **STEPS[name]})
+                results[name] = _run(tmp, name, mix, 0, args.cycles, {**PLACES, **CONFIG_ENV[name]})
             else:
                 shutil.copytree(Path(tmp) / "first", Path(tmp) / name)
-                results[name] = first + _run(tmp, name, mix, 1, args.cycles, {**model, **STEPS.get(name, {})})
+                results[name] = first + _run(tmp, name, mix, 1, args.cycles, {**model, **CONFIG_ENV.get(name, {})})
     print(f"\n| config | {' | '.join(f'cycle {c}' for c in range(args.cycles + 1))} | wall s, cycles 1-{args.cycles} "
           "| self-label precision |")
     print("|---|" + "---|" * (args.cycles + 3))

@@ -74,9 +74,10 @@ class Settings(BaseSettings):
                                 "the coach retry each cycle.")
     rollout_samples: int = Field(default=8, description="Sampled answers per problem in an RL group.")
     sample_temperature: float = Field(default=0.7, description="Temperature of sampled answers.")
-    self_label_problems: int = Field(default=4000, description="Problems per skill and tier the champion labels "
+    self_label_problems: int = Field(default=1000, description="Problems per skill and tier the champion labels "
                                      "past its reliable range (100 per tier find that edge): its checks keep a fifth "
-                                     "to two fifths of them one tier past it, fewer further out.")
+                                     "to two fifths of them one tier past it, fewer further out. A mix where "
+                                     "self-labels are a large share wants more (self-labelling alone: 4000).")
     self_label_votes: int = Field(default=4, description="Sampled answers per problem besides the greedy one: the "
                                   "candidates a self-label is checked from (without recipe checks, all must agree).")
 
