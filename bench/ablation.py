@@ -9,7 +9,7 @@
     d  + self-labelling (the full method; its shares are the README's recipe for turning the sources on)
     d_long  d trained 3,500 steps a cycle: the time its sources take to make data plus 3,500 steps is a_long's
     self  self-labelling alone: no users, no verifier; only the seed set and the champion's own checked labels
-          (4,000 problems per labelled tier and 4,000 training steps a cycle)
+          (8,000 problems per labelled tier and 4,000 training steps a cycle)
 
 --size picks the model of configurations a-d (`tiny`, the default model, or `tiny-places`, positions by place
 value: the only one that can answer past the longest problems it was taught); `self` always uses tiny-places.
@@ -46,9 +46,10 @@ CONFIGS = {
     "d_long": ("full, 3,500 steps (a_long's wall time)", FULL),
 }
 # the defaults are 2,500 steps and 1,000 self-labelled problems per tier. Self-labelling alone has no time to
-# match, and its labels are half of every batch: with 1,000 problems each label was seen about 60 times a cycle.
+# match, and its labels are half of every batch: with 1,000 problems each label was seen about 60 times a cycle
+# (4,000: a tier a cycle on 2 of 3 seeds; 8,000: on all 3).
 CONFIG_ENV = {"a_long": {"RMI_TRAIN_STEPS": "4000"}, "d_long": {"RMI_TRAIN_STEPS": "3500"},
-              "self": {"RMI_TRAIN_STEPS": "4000", "RMI_SELF_LABEL_PROBLEMS": "4000"}}
+              "self": {"RMI_TRAIN_STEPS": "4000", "RMI_SELF_LABEL_PROBLEMS": "8000"}}
 # Self-labelling needs a model that answers a little past what it was taught: positions by place value (absolute
 # positions answer 4-digit sums never right when taught up to 3). Its first model gets more steps: subtraction
 # is slower to learn with them.

@@ -77,7 +77,7 @@ class Settings(BaseSettings):
     self_label_problems: int = Field(default=1000, description="Problems per skill and tier the champion labels "
                                      "past its reliable range (100 per tier find that edge): its checks keep a fifth "
                                      "to two fifths of them one tier past it, fewer further out. A mix where "
-                                     "self-labels are a large share wants more (self-labelling alone: 4000).")
+                                     "self-labels are a large share wants more (self-labelling alone: 8000).")
     self_label_votes: int = Field(default=4, description="Sampled answers per problem besides the greedy one: the "
                                   "candidates a self-label is checked from (without recipe checks, all must agree).")
 
