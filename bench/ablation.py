@@ -118,13 +118,14 @@ def run_config(name: str, first: int, cycles: int, out: Path) -> None:
             "highest_tier": min(tiers.values()), "by_skill": tiers, "tier_accuracy": accuracy,
             "seconds": cycle_seconds,
             "self_labels": len(labels), "self_label_precision": precision,
-            "by_source": meta.get("training_dataset", {}),
+            "by_source": {k[5:]: v for k, v in meta.get("training_dataset", {}).items() if k.startswith("rows_")},
+            "practice": {k: v for k, v in practice.items() if k.startswith(("frontier", "self_labels ", "rows_"))},
             "hint": {k: practice[k] for k in ("coach_failed", "coach_hinted", "coach_solved_with_hint",
                                                "coach_solved_without_hint") if k in practice},
             "failed_then_solved": sum(recipe.correct(model, [_task(recipe, p) for p in failed])) / len(failed)
             if failed else None,
         })
-        print(json.dumps({k: v for k, v in rows[-1].items() if k != "by_source"}), flush=True)
+        print(json.dumps(rows[-1]), flush=True)
     out.write_text(json.dumps(rows, indent=1, default=str))
 
 

@@ -65,7 +65,7 @@ def main() -> None:
     torch.manual_seed(0)
     initial = recipe.build_model(learning_rate=3e-3, max_steps=args.steps)
     order = torch.randint(0, len(tokens), (args.steps, args.batch_size), generator=torch.Generator().manual_seed(0))
-    batches = [(tokens[i], mask[i]) for i in order]
+    batches = [(tokens[i].long(), mask[i]) for i in order]  # as LitGPT casts each batch of byte tokens
     lightning_path(copy.deepcopy(initial), tokens, mask, 50, args.batch_size)  # warm-up: imports, first-call costs
     plain, lit = [], []
     for round_ in range(args.rounds):

@@ -66,8 +66,10 @@ class Settings(BaseSettings):
         "coach's hint), self_label (its answers past its reliable range that it backs up)."))
     saturation: float = Field(default=0.9, description="Accuracy at which a tier counts as solved: practice and "
                               "self-labelling move one tier past it.")
-    practice_problems: int = Field(default=300, description="Generated practice problems per skill and cycle, "
-                                   "from the first tier not yet solved up.")
+    practice_problems: int = Field(default=1000, description="Generated practice problems per skill and cycle, "
+                                   "from the first tier not yet solved up (they are also RL's and the coach's): "
+                                   "where the champion is rarely right, few become rows, and 300 left the "
+                                   "top tier short.")
     practice_tiers: int = Field(default=2, ge=1, description="Tiers practised and self-labelled per skill: "
                                 "the first not yet solved and this many minus one past it.")
     failed_prompts: int = Field(default=300, description="Latest thumbs-down prompts of the champion that RL and "

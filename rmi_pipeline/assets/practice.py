@@ -44,7 +44,7 @@ def practice(context: AssetExecutionContext, storage: ObjectStore, warehouse: Wa
     events = warehouse.query("SELECT count(*) AS n FROM feedback_events")["n"][0]
     retry = registry.candidates_since(champion.version)  # after a turned-down candidate, other problems
     key = f"{settings.seed}-{champion.version}-{events}" + (f"-retry{retry}" if retry else "")
-    rng, seed = random.Random(f"practice-{key}"), settings.seed + int(champion.version) + 1000 * retry
+    rng, seed = random.Random(f"practice-{key}"), registry.turn_seed(settings.seed, champion.version)
     k, temperature = settings.rollout_samples, settings.sample_temperature
     rows: list[dict] = []
     meta: dict = {"champion_version": str(champion.version), "retry": retry}

@@ -42,8 +42,7 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, sto
     champion = registry.version("champion")
     steps = int((settings.train_steps if champion else settings.bootstrap_steps) * config.steps_multiplier)
     max_seconds = settings.train_max_seconds if champion else settings.bootstrap_max_seconds
-    start = int(champion.version) if champion else 0
-    seed = settings.seed + start + 1000 * registry.candidates_since(start)  # a turned-down turn tries anew
+    seed = registry.turn_seed(settings.seed, champion.version if champion else 0)
     run_id_dagster = context.run.run_id
     lineage = {
         "dataset_version": version,

@@ -155,7 +155,7 @@ class LitGPT(L.LightningModule):
         self.model = GPT(GPTConfig(**config))
 
     def training_step(self, batch, batch_idx):
-        tokens, mask = batch[0], batch[1]
+        tokens, mask = batch[0].long(), batch[1]  # rows are stored a byte per token
         logits = self.model(tokens[:, :-1])
         target_mask = mask[:, 1:].float()
         nll = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")

@@ -37,7 +37,8 @@ class Recipe(ABC):
 
     @abstractmethod
     def encode(self, prompts: list[str], completions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Training rows: (tokens, loss_mask), loss on completion tokens only."""
+        """Training rows: (tokens, loss_mask), loss on completion tokens only. Tokens may be any integer type: the
+        smallest that holds the vocabulary keeps millions of rows small (the model casts a batch to int64)."""
 
     @abstractmethod
     def answer(self, model: torch.nn.Module, prompts: list[str]) -> list[str]:

@@ -68,6 +68,10 @@ class ModelRegistry(ConfigurableResource):
         return sum(int(mv.version) > int(version)
                    for mv in self.client().search_model_versions(f"name='{self.model_name}'"))
 
+    def turn_seed(self, seed: int, version: str | int) -> int:
+        """The seed of a turn from `version` (0: no champion): after turned-down candidates, a new one."""
+        return seed + int(version) + 1000 * self.candidates_since(version)
+
     def register(self, run_id: str, module, tags: dict[str, str]):
         """Log the module's checkpoint to the run, create a model version from it and point `challenger` at it."""
         import torch

@@ -45,7 +45,7 @@ class ArithmeticRecipe(Recipe):
             if not problems.is_answer(completion):
                 raise ValueError(f"not a trainable answer: {completion!r}")
             rows.append(tokens.model_prompt(a, op, b) + tokens.model_answer(int(completion)))
-        ids = tokens.encode(rows) if rows else torch.empty(0, tokens.BLOCK_SIZE, dtype=torch.long)
+        ids = tokens.encode(rows, torch.uint8) if rows else torch.empty(0, tokens.BLOCK_SIZE, dtype=torch.uint8)
         mask = torch.zeros_like(ids, dtype=torch.bool)
         mask[:, tokens.PROMPT_LEN:] = True
         return ids, mask

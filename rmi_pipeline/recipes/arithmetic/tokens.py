@@ -6,12 +6,16 @@ produce the carry in the order it is computed; fixed widths put every place valu
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .problems import WIDTH
 
 VOCAB = "0123456789+-="
 STOI = {c: i for i, c in enumerate(VOCAB)}
+_NOT_IN_VOCAB = 255
+_IDS = np.full(256, _NOT_IN_VOCAB, dtype=np.uint8)  # byte -> token id
+_IDS[[ord(c) for c in VOCAB]] = np.arange(len(VOCAB))
 ANSWER_LEN = WIDTH + 1
 PROMPT_LEN = 2 * WIDTH + 2
 BLOCK_SIZE = PROMPT_LEN + ANSWER_LEN
@@ -25,8 +29,18 @@ def model_answer(value: int) -> str:
     return str(value).zfill(ANSWER_LEN)[::-1]
 
 
-def encode(texts: list[str]) -> torch.Tensor:
-    return torch.tensor([[STOI[c] for c in t] for t in texts], dtype=torch.long)
+def encode(texts: list[str], dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """Equal-length texts as token ids (B, T). Training rows ask for torch.uint8: 13 tokens fit a byte, and 10M
+    rows take 0.3 GB instead of 2.2 GB as int64 (and more as the Python lists this once went through)."""
+    if not texts:
+        return torch.empty(0, 0, dtype=dtype)
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    if (lengths != lengths[0]).any():
+        raise ValueError(f"texts to encode differ in length: {sorted(set(lengths.tolist()))[:5]}")
+    ids = _IDS[np.frombuffer("".join(texts).encode("ascii", errors="replace"), dtype=np.uint8)]
+    if (ids == _NOT_IN_VOCAB).any():
+        raise ValueError(f"a text to encode has a character outside {VOCAB!r}")
+    return torch.from_numpy(ids.reshape(len(texts), int(lengths[0]))).to(dtype)
 
 
 def read_answer(token_ids: list[int]) -> str:
