@@ -71,18 +71,19 @@ def training_dataset(
               for p, t in zip(rows["prompt"], rows["target"], strict=True)]
     unusable = len(rows) - sum(usable)
     rows = rows.filter(pl.Series(usable))
-    hashes = [recipe.prompt_hash(p) for p in rows["prompt"]]
-    overlap = pl.Series([h in eval_hashes for h in hashes])
+    hashes = pl.Series([recipe.prompt_hash(p) for p in rows["prompt"]], dtype=pl.String)
+    overlap = hashes.is_in(list(eval_hashes))
     # corrected hard cases on the held-out side of the split are the mined eval slice: never train on them
     mined = pl.Series([src == "correction" and is_mined_holdout(h, manifest["mined_share"])
-                       for src, h in zip(rows["source"], hashes, strict=True)])
+                       for src, h in zip(rows["source"], hashes, strict=True)], dtype=pl.Boolean)
     pairs = zip(rows["prompt"], rows["target"], strict=True)
-    ngram = pl.Series([bool(eval_ngrams) and any(ngram_hashes(text, manifest["ngram_n"]) & eval_ngrams for text in pair)
-                       for pair in pairs])
+    ngram = pl.Series([any(ngram_hashes(text, manifest["ngram_n"]) & eval_ngrams for text in pair) for pair in pairs]
+                      if eval_ngrams else [False] * len(rows), dtype=pl.Boolean)
     counts = {"removed_eval_overlap": int((overlap & ~mined).sum()), "held_out_mined": int(mined.sum()),
               "removed_ngram_overlap": int((ngram & ~overlap & ~mined).sum())}
-    rows = rows.filter(~(overlap | mined | ngram))
-    remaining = sum(recipe.prompt_hash(p) in eval_hashes for p in rows["prompt"])
+    kept = ~(overlap | mined | ngram)
+    rows = rows.filter(kept)
+    remaining = int(hashes.filter(kept).is_in(list(eval_hashes)).sum())
     slices = [recipe.slice_of(p) for p in rows["prompt"]]
     rows = rows.with_columns(skill=pl.Series([s for s, _ in slices]), tier=pl.Series([t for _, t in slices]))
 
