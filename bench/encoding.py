@@ -10,6 +10,7 @@ on top of the rows as Python strings, with the ratio baseline / recipe. The toke
 
 import argparse
 import hashlib
+import json
 import subprocess
 import sys
 import time
@@ -35,8 +36,6 @@ def int64_lists(recipe, prompts, completions):
 
 def one(way: str, n: int) -> None:
     """The child process: rows as strings, then one way of encoding them; prints a JSON line."""
-    import json
-
     from ingest import synth
 
     from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
@@ -62,8 +61,6 @@ def _status_mb(field: str) -> float:
 
 
 def main() -> None:
-    import json
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child process: int64 or recipe

@@ -31,6 +31,15 @@ def test_training_rows_put_loss_only_on_the_answer_and_decode_back():
             tok.encode(texts)
 
 
+def test_only_whole_ascii_problems_and_answers_are_valid():
+    """Feedback text is untrusted: a trailing newline or another script's digits is not a problem the model knows."""
+    assert R.is_valid_prompt("12+3=") and R.is_valid_completion("15")
+    for prompt in ("12+3=\n", "\u0661\u0662+3=", " 12+3=", "12+3", "123456789+1=", "3-12="):
+        assert not R.is_valid_prompt(prompt), prompt
+    for answer in ("15\n", "\u0661\u0665", "-3", "1234567890", ""):
+        assert not R.is_valid_completion(answer), answer
+
+
 def test_greedy_answers_come_back_in_reading_order():
     class Echo(torch.nn.Module):
         """Always predicts the digit 7: the answer should read 777777777."""

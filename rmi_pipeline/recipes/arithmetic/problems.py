@@ -11,13 +11,14 @@ import re
 WIDTH = 8  # digits per operand; answers have WIDTH + 1
 SKILLS = ("add", "sub")
 OPS = {"add": "+", "sub": "-"}
-_PROMPT = re.compile(rf"^(\d{{1,{WIDTH}}})([+-])(\d{{1,{WIDTH}}})=$")
-_ANSWER = re.compile(rf"^\d{{1,{WIDTH + 1}}}$")
+# ASCII digits only, the whole text (re's $ would let a trailing newline through, \d other scripts' digits)
+_PROMPT = re.compile(rf"(\d{{1,{WIDTH}}})([+-])(\d{{1,{WIDTH}}})=", re.ASCII)
+_ANSWER = re.compile(rf"\d{{1,{WIDTH + 1}}}", re.ASCII)
 
 
 def parse(prompt: str) -> tuple[int, str, int] | None:
     """(a, op, b) of a well-formed prompt, else None."""
-    m = _PROMPT.match(prompt)
+    m = _PROMPT.fullmatch(prompt)
     if not m:
         return None
     a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
@@ -27,7 +28,7 @@ def parse(prompt: str) -> tuple[int, str, int] | None:
 
 
 def is_answer(text: str) -> bool:
-    return bool(_ANSWER.match(text))
+    return bool(_ANSWER.fullmatch(text))
 
 
 def solve(a: int, op: str, b: int) -> int:
