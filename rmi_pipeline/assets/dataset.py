@@ -72,7 +72,8 @@ def training_dataset(
     unusable = len(rows) - sum(usable)
     rows = rows.filter(pl.Series(usable))
     hashes = pl.Series([recipe.prompt_hash(p) for p in rows["prompt"]], dtype=pl.String)
-    overlap = hashes.is_in(list(eval_hashes))
+    eval_list = list(eval_hashes)
+    overlap = hashes.is_in(eval_list)
     # corrected hard cases on the held-out side of the split are the mined eval slice: never train on them
     mined = pl.Series([src == "correction" and is_mined_holdout(h, manifest["mined_share"])
                        for src, h in zip(rows["source"], hashes, strict=True)], dtype=pl.Boolean)
@@ -83,7 +84,7 @@ def training_dataset(
               "removed_ngram_overlap": int((ngram & ~overlap & ~mined).sum())}
     kept = ~(overlap | mined | ngram)
     rows = rows.filter(kept)
-    remaining = int(hashes.filter(kept).is_in(list(eval_hashes)).sum())
+    remaining = int(hashes.filter(kept).is_in(eval_list).sum())
     slices = [recipe.slice_of(p) for p in rows["prompt"]]
     rows = rows.with_columns(skill=pl.Series([s for s, _ in slices]), tier=pl.Series([t for _, t in slices]))
 
