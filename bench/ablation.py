@@ -78,9 +78,10 @@ def run_config(name: str, first: int, cycles: int, out: Path) -> None:
     """One configuration, in this process: the loop's jobs as `rmi run` drives them, cycles `first`..`cycles`."""
     from dagster import DagsterInstance
 
-    from rmi_pipeline import layout
-    from rmi_pipeline.cli import QUIET_LOGS, ingest_new_batches, prepare_home
+    from rmi_pipeline.automation.in_process import QUIET_LOGS, ingest_new_batches
+    from rmi_pipeline.cli.home import prepare_home
     from rmi_pipeline.definitions import build_definitions
+    from rmi_pipeline.resources import layout
     from rmi_pipeline.settings import Settings
     from rmi_pipeline.world import World
 
@@ -108,7 +109,7 @@ def run_config(name: str, first: int, cycles: int, out: Path) -> None:
         precision = (sum(recipe.verify(r["prompt"], r["target"])[0] == 1 for r in labels) / len(labels)
                      if labels else None)
         # the champion before this cycle failed these prompts unaided; how does the champion after it do?
-        failed_key = f"{layout.PRACTICE}/v{practice.get('champion_version')}-failed.json"
+        failed_key = layout.practice_failed(practice.get('champion_version'))
         failed = storage.read_json(failed_key)["prompts"] if storage.exists(failed_key) else []
         evaluation = meta.get("candidate_evaluation", {})
         rows.append({

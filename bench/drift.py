@@ -34,8 +34,9 @@ def main() -> None:
     os.environ["RMI_REGRESSION_BACKOFF_SECONDS"] = "0"
     from dagster import DagsterInstance, RunRequest, build_sensor_context
 
-    from rmi_pipeline.cli import QUIET_LOGS, ingest_new_batches, prepare_home
-    from rmi_pipeline.cli import main as rmi
+    from rmi_pipeline.automation.in_process import QUIET_LOGS, ingest_new_batches
+    from rmi_pipeline.cli.home import prepare_home
+    from rmi_pipeline.cli.main import main as rmi
     from rmi_pipeline.definitions import build_definitions
     from rmi_pipeline.settings import Settings
     from rmi_pipeline.world import World

@@ -123,10 +123,10 @@ class Pipeline:
 
     def ingest(self, name: str, data: bytes) -> tuple[float, float, dict]:
         """(seconds to check, seconds to land, counts) for one batch, as the two assets run it."""
-        from rmi_pipeline import layout
         from rmi_pipeline.assets.feedback import check_batch, land_batch
+        from rmi_pipeline.resources import layout
 
-        self.storage.write_bytes(f"{layout.INCOMING}/{name}", data)
+        self.storage.write_bytes(layout.incoming(name), data)
         start = time.perf_counter()
         check_batch(self.storage, name, self.settings)
         checked = time.perf_counter()
@@ -167,7 +167,7 @@ def part1(pipe: Pipeline, n: int, reps: int, folder: Path) -> None:
 
 
 def part2(pipe: Pipeline, batch: int, largest: int, reps: int, folder: Path) -> None:
-    from rmi_pipeline.resources.warehouse import COLUMNS
+    from rmi_pipeline.schema import EVENT_COLUMNS
 
     sizes = [s for s in (10_000, 100_000, 1_000_000, 10_000_000) if s <= largest]
     print(f"\none batch of {batch:,} events (Parquet, check + land) as the warehouse grows; median of {reps}\n")
@@ -181,7 +181,7 @@ def part2(pipe: Pipeline, batch: int, largest: int, reps: int, folder: Path) -> 
             seed += 1
             pipe.warehouse.ingest(grown.with_columns(
                 ts=pl.col("ts").str.to_datetime(time_zone="UTC"), meta=pl.col("meta").struct.json_encode(),
-                batch_id=pl.lit("growth"), tier=pl.lit(None, dtype=pl.Int64)).select(COLUMNS))
+                batch_id=pl.lit("growth"), tier=pl.lit(None, dtype=pl.Int64)).select(list(EVENT_COLUMNS)))
             size += n
         times = []
         for _ in range(reps):

@@ -22,7 +22,7 @@ def main() -> None:
     from dagster import DagsterInstance, RunsFilter
     from dagster_dev import dagster_dev, wait_for
 
-    from rmi_pipeline.cli import main as rmi
+    from rmi_pipeline.cli.main import main as rmi
     from rmi_pipeline.settings import Settings
     from rmi_pipeline.world import World
 

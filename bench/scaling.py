@@ -80,10 +80,10 @@ def one_volume(n: int, train_steps: int, home: Path) -> dict:
     from dagster import DagsterInstance
     from ingest import synth
 
-    from rmi_pipeline import layout
-    from rmi_pipeline.cli import QUIET_LOGS, ingest_new_batches, prepare_home
+    from rmi_pipeline.automation.in_process import QUIET_LOGS, ingest_new_batches
+    from rmi_pipeline.cli.home import prepare_home
     from rmi_pipeline.definitions import build_definitions
-    from rmi_pipeline.resources import build_resources
+    from rmi_pipeline.resources import build_resources, layout
     from rmi_pipeline.settings import Settings
     from rmi_pipeline.world import World
 
@@ -99,7 +99,7 @@ def one_volume(n: int, train_steps: int, home: Path) -> dict:
         frame = synth(min(BATCH, n - start), seed=start // BATCH + 1, start=start)
         with tempfile.NamedTemporaryFile(suffix=".parquet") as tmp:
             frame.write_parquet(tmp.name)
-            storage.write_bytes(f"{layout.INCOMING}/batch-{start // BATCH:03d}.parquet", Path(tmp.name).read_bytes())
+            storage.write_bytes(layout.incoming(f"batch-{start // BATCH:03d}.parquet"), Path(tmp.name).read_bytes())
         del frame
     t = time.perf_counter()
     ingest = ingest_new_batches(defs, instance)

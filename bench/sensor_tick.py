@@ -33,11 +33,10 @@ def main() -> None:
     os.environ["RMI_HOME"] = tempfile.mkdtemp(prefix="rmi-bench-sensor-")
     from dagster import DagsterInstance, build_sensor_context
 
-    from rmi_pipeline import layout
+    from rmi_pipeline.assets.partitions import feedback_batches
     from rmi_pipeline.automation.sensors import new_feedback_sensor
-    from rmi_pipeline.cli import prepare_home
-    from rmi_pipeline.partitions import feedback_batches
-    from rmi_pipeline.resources import build_resources
+    from rmi_pipeline.cli.home import prepare_home
+    from rmi_pipeline.resources import build_resources, layout
     from rmi_pipeline.settings import Settings
 
     settings = Settings()

@@ -170,3 +170,8 @@ class Settings(BaseSettings):
     @property
     def dagster_home(self) -> Path:
         return self.resolved_home / "dagster"
+
+    @property
+    def cache_dir(self) -> Path:
+        """What is costly to make and safe to remake: the feedback suite's compiled rules."""
+        return self.resolved_home / "cache"

@@ -32,7 +32,7 @@ def rmi_env(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def loop_home(tmp_path_factory):
     """RMI_HOME after `rmi run --cycles 1`: a first model, one batch of feedback, one improvement cycle."""
-    from rmi_pipeline.cli import main
+    from rmi_pipeline.cli.main import main
 
     home = tmp_path_factory.mktemp("loop") / "home"
     with pytest.MonkeyPatch.context() as mp:

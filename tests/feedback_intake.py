@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from rmi_pipeline import layout
+from rmi_pipeline.resources import layout
 
 
 def event(i: int, **changes) -> str:
@@ -24,7 +24,7 @@ class Intake:
         self.storage = resources["storage"]
 
     def land(self, name: str, data: bytes) -> None:
-        self.storage.write_bytes(f"{layout.INCOMING}/{name}", data)
+        self.storage.write_bytes(layout.incoming(name), data)
 
     def tick(self):
         """One new_feedback_sensor tick; its new partitions are added, as the daemon would."""
@@ -51,7 +51,7 @@ class Intake:
         return result, meta
 
     def quarantined(self, name: str) -> list[dict]:
-        text = self.storage.read_bytes(f"{layout.QUARANTINE}/{name}.quarantine.jsonl").decode()
+        text = self.storage.read_bytes(layout.quarantine(name)).decode()
         return [json.loads(line) for line in text.splitlines()]
 
     def warehouse_count(self) -> int:

@@ -12,12 +12,11 @@ from dagster_dev import dagster_dev, wait_for
 from feedback_intake import event
 from webhook import serve_hook
 
-from rmi_pipeline import layout
 from rmi_pipeline.assets import FEEDBACK, eval_suite, training_dataset
 from rmi_pipeline.automation.alerts import run_failure_alert
 from rmi_pipeline.automation.sensors import enough_feedback_sensor
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
-from rmi_pipeline.resources import build_resources
+from rmi_pipeline.resources import build_resources, layout
 from rmi_pipeline.resources.notifier import Notifier
 from rmi_pipeline.world.curators import curate_eval_suite
 
@@ -46,7 +45,7 @@ def test_a_failed_blocking_check_alerts_a_person_once(receiver, rmi_env):
     url, bodies = receiver
     resources = build_resources(rmi_env)
     notifier = Notifier(webhook_url=url, state_path=str(rmi_env.resolved_home / "sent.json"))
-    resources["storage"].write_bytes(f"{layout.INCOMING}/bad.jsonl", b"garbage\n" * 5)
+    resources["storage"].write_bytes(layout.incoming("bad.jsonl"), b"garbage\n" * 5)
     with instance_for_test() as instance:
         instance.add_dynamic_partitions("feedback_batch", ["bad.jsonl"])
         result = materialize(FEEDBACK, partition_key="bad.jsonl", instance=instance, resources=resources,
@@ -70,7 +69,7 @@ def test_enough_new_feedback_starts_one_cycle_and_a_dataset_resets_the_count(rmi
     curate_eval_suite(resources["eval_store"], ArithmeticRecipe(), 20, seed=0)
     with instance_for_test() as instance:
         def land(name: str, first: int, n: int):
-            resources["storage"].write_bytes(f"{layout.INCOMING}/{name}",
+            resources["storage"].write_bytes(layout.incoming(name),
                                              "\n".join(event(i) for i in range(first, first + n)).encode())
             instance.add_dynamic_partitions("feedback_batch", [name])
             assert materialize(FEEDBACK, partition_key=name, instance=instance, resources=resources).success
@@ -91,7 +90,7 @@ def test_enough_new_feedback_starts_one_cycle_and_a_dataset_resets_the_count(rmi
 def test_under_the_daemon_feedback_becomes_a_champion_and_a_drift_starts_a_targeted_cycle_with_no_click(tmp_path):
     """Real `dagster dev` (webserver + daemon): a file lands, and the sensors ingest it and run a cycle that promotes
     a first champion. Then users drift to a slice it never served; health flags it and a targeted cycle starts."""
-    from rmi_pipeline.cli import prepare_home
+    from rmi_pipeline.cli.home import prepare_home
     from rmi_pipeline.settings import Settings
 
     home = tmp_path / "home"
@@ -106,7 +105,7 @@ def test_under_the_daemon_feedback_becomes_a_champion_and_a_drift_starts_a_targe
         curate_eval_suite(resources["eval_store"], ArithmeticRecipe(), 20, seed=0)
         mp.delenv("DAGSTER_HOME")
     # the events name model version 1: once v1 is champion they are its live feedback (thumbs up on add/1, add/2)
-    resources["storage"].write_bytes(f"{layout.INCOMING}/landed.jsonl",
+    resources["storage"].write_bytes(layout.incoming("landed.jsonl"),
                                      "\n".join(event(i) for i in range(80)).encode())
     log = tmp_path / "dagster.log"
     runs_query = ("{ runsOrError%s { ... on Runs { results { runId jobName status tags { key value } } } } }")
@@ -126,7 +125,7 @@ def test_under_the_daemon_feedback_becomes_a_champion_and_a_drift_starts_a_targe
         baseline = wait_for(health_of_v1, 120, "health check after the promotion", log)  # health_after_cycle
         assert baseline["regressed"] is False
         # users move to 5-digit subtraction, which v1 never served, and it answers them wrong
-        resources["storage"].write_bytes(f"{layout.INCOMING}/drifted.jsonl", "\n".join(
+        resources["storage"].write_bytes(layout.incoming("drifted.jsonl"), "\n".join(
             event(1000 + i, prompt=f"{50000 + i}-{10000 + i}=", completion="7", rating="down", correction="40000",
                   skill="sub") for i in range(35)).encode())
         targeted = wait_for(lambda: ui(runs_query % '(filter: {tags: [{key: "rmi/trigger", value: "regression"}]})')

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rmi_pipeline.cli import main
+from rmi_pipeline.cli.main import main
 
 
 def test_status_shows_the_champion_and_the_warehouse(loop_home, monkeypatch, capsys):

@@ -5,11 +5,10 @@ import random
 import pytest
 from dagster import instance_for_test, materialize
 
-from rmi_pipeline import layout
 from rmi_pipeline.assets import eval_suite, training_dataset
-from rmi_pipeline.hygiene import is_mined_holdout, ngram_hashes
+from rmi_pipeline.ml.hygiene import is_mined_holdout, ngram_hashes
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
-from rmi_pipeline.resources import build_resources
+from rmi_pipeline.resources import build_resources, layout
 from rmi_pipeline.schema import event_frame, validate
 from rmi_pipeline.settings import Settings
 from rmi_pipeline.world.curators import curate_eval_suite
@@ -62,7 +61,7 @@ def test_eval_items_are_removed_and_counted_and_each_source_gets_its_share_of_ev
     seed_overlap = sum(RECIPE.prompt_hash(t.prompt) in sealed for t in RECIPE.seed_tasks(random.Random(0)))
     assert meta["removed_eval_overlap"] == seed_overlap + 1 and meta["unusable_rows"] == 1
     assert meta["rows_feedback"] == 50 and meta["rows_corrections"] == 1
-    data = resources["storage"].read_parquet(f"{layout.DATASETS}/{meta['version']}/train.parquet")
+    data = resources["storage"].read_parquet(layout.dataset_rows(meta['version']))
     assert not any(RECIPE.prompt_hash(p) in sealed for p in data["prompt"])
     # no champion yet, so nothing from practice: new thumbs-up, corrections and replay share each batch
     mix = Settings().mix
@@ -83,9 +82,9 @@ def test_corrected_hard_cases_split_by_hash_into_the_mined_eval_and_training(bui
     assert result.success and meta["held_out_mined"] == len(held)
     assert meta["rows_corrections"] == len(cases) - len(held)
     manifest = resources["storage"].read_json(layout.EVAL_MANIFEST)
-    mined = resources["eval_store"].read_json(f"{layout.MINED}/{manifest['mined_version']}.json")["items"]
+    mined = resources["eval_store"].read_json(layout.mined(manifest['mined_version']))["items"]
     assert {m["prompt"] for m in mined} == held
-    data = resources["storage"].read_parquet(f"{layout.DATASETS}/{meta['version']}/train.parquet")
+    data = resources["storage"].read_parquet(layout.dataset_rows(meta['version']))
     assert held.isdisjoint(data["prompt"].to_list())
 
 
@@ -117,9 +116,9 @@ def test_what_earlier_champions_made_is_replayed_but_not_their_rl_samples(rmi_en
                                                  "target": [str(i + 1) for i in range(len(sources))],
                                                  "source": sources, "scale": [1.0] * len(sources)}))
 
-    made(f"{layout.PRACTICE}/v1-100.parquet", ["practice", "rl", "self_label", "hint_distill"])
-    made(f"{layout.PRACTICE}/v2-300.parquet", ["practice", "rl", "rl"])
-    storage.write_json(layout.PRACTICE_LATEST, {"champion_version": "2", "rows": f"{layout.PRACTICE}/v2-300.parquet"})
+    made(layout.practice_rows("1", 100), ["practice", "rl", "self_label", "hint_distill"])
+    made(layout.practice_rows("2", 300), ["practice", "rl", "rl"])
+    storage.write_json(layout.PRACTICE_LATEST, {"champion_version": "2", "rows": layout.practice_rows("2", 300)})
     schema = {"prompt": pl.String, "target": pl.String, "batch_id": pl.String, "source": pl.String,
               "scale": pl.Float64}
     rows = _practice_rows(storage, type("Version", (), {"version": 2})(), schema)

@@ -14,12 +14,11 @@ import numpy as np
 import torch
 from dagster import instance_for_test, materialize
 
-from rmi_pipeline import layout
 from rmi_pipeline.assets import candidate_model
 from rmi_pipeline.ml.train import rank_sampler
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.recipes.base import Task
-from rmi_pipeline.resources import build_resources
+from rmi_pipeline.resources import build_resources, layout
 from rmi_pipeline.settings import Settings
 
 
@@ -62,10 +61,9 @@ def test_two_processes_train_a_cycle_as_well_as_one_and_only_rank_zero_registers
             here["registry"].register_checkpoint(run_id, Path(file), tags={})
     here["registry"].promote("1", tags={})
     dataset = one.tags["dataset_version"]
-    for name in ("train.parquet", "manifest.json"):
-        key = f"{layout.DATASETS}/{dataset}/{name}"
+    for key in (layout.dataset_rows(dataset), layout.dataset_manifest(dataset)):
         here["storage"].write_bytes(key, loop["storage"].read_bytes(key))
-    here["storage"].write_json(f"{layout.DATASETS}/latest.json", {"version": dataset})
+    here["storage"].write_json(layout.DATASET_LATEST, {"version": dataset})
 
     with instance_for_test() as instance:
         result = materialize([candidate_model], instance=instance, resources=here)

@@ -77,7 +77,7 @@ def test_a_missing_variable_is_an_error_not_a_silent_default(instance_ref, monke
 
 
 def test_rmi_uses_the_instance_file_named_by_RMI_DAGSTER_YAML_with_its_variables_unresolved(rmi_env, monkeypatch):
-    from rmi_pipeline.cli import prepare_home
+    from rmi_pipeline.cli.home import prepare_home
     from rmi_pipeline.settings import Settings
 
     monkeypatch.setenv("RMI_DAGSTER_YAML", str(DEPLOY_YAML))
@@ -86,7 +86,7 @@ def test_rmi_uses_the_instance_file_named_by_RMI_DAGSTER_YAML_with_its_variables
 
 
 def test_a_missing_instance_file_is_a_clear_error_that_leaves_the_home_alone(rmi_env, monkeypatch, capsys):
-    from rmi_pipeline.cli import main
+    from rmi_pipeline.cli.main import main
 
     (rmi_env.resolved_home / "store").mkdir(parents=True)
     monkeypatch.setenv("RMI_DAGSTER_YAML", str(rmi_env.resolved_home / "nope.yaml"))

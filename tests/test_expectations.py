@@ -100,7 +100,7 @@ def test_the_one_pass_counts_exactly_what_great_expectations_counts():
     import duckdb
     import great_expectations as gx
 
-    from rmi_pipeline.expectations import check, feedback_suite, label
+    from rmi_pipeline.schema.expectations import check, feedback_suite, label
 
     rows = read_rows("b.jsonl", "\n".join([*BAD, event(13, meta=[1]), event(14, user_id=5)]).encode()).table
     ours = check(rows, "b", 4096).failed
@@ -148,10 +148,10 @@ def test_parquet_with_unknown_columns_keeps_them_in_meta_and_typed_columns_are_c
 
 def test_a_later_ingest_process_runs_the_suite_without_importing_gx(tmp_path):
     """Each ingest run is a process: GX compiles the suite once per hour, later runs read it from RMI_HOME/cache."""
-    code = ("import sys; from rmi_pipeline.schema import parse_batch; "
-            f"p = parse_batch('b.jsonl', {event(1, rating='meh').encode()!r}, 'b', 4096); "
+    code = ("import sys; from pathlib import Path; from rmi_pipeline.schema import parse_batch; "
+            f"p = parse_batch('b.jsonl', {event(1, rating='meh').encode()!r}, 'b', 4096, Path({str(tmp_path)!r})); "
             "print(p.failed_expectations, 'great_expectations' in sys.modules)")
-    env = {**os.environ, "RMI_HOME": str(tmp_path)}
+    env = dict(os.environ)
 
     def run() -> str:
         return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

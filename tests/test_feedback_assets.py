@@ -5,10 +5,9 @@ import json
 import pytest
 from dagster import instance_for_test, materialize
 
-from rmi_pipeline import layout
 from rmi_pipeline.assets import FEEDBACK
 from rmi_pipeline.automation.sensors import new_feedback_sensor
-from rmi_pipeline.resources import build_resources
+from rmi_pipeline.resources import build_resources, layout
 
 
 def event(i: int, **changes) -> str:
@@ -23,7 +22,7 @@ def intake(rmi_env):
     resources = build_resources(rmi_env)
     with instance_for_test() as instance:
         def ingest(name: str, lines: list[str]):
-            resources["storage"].write_bytes(f"{layout.INCOMING}/{name}", "\n".join(lines).encode())
+            resources["storage"].write_bytes(layout.incoming(name), "\n".join(lines).encode())
             instance.add_dynamic_partitions("feedback_batch", [name])
             result = materialize(FEEDBACK, partition_key=name, instance=instance, resources=resources,
                                  raise_on_error=False)
@@ -35,7 +34,7 @@ def intake(rmi_env):
 
 
 def quarantined_rows(resources, batch: str) -> list[str]:
-    return resources["storage"].read_bytes(f"{layout.QUARANTINE}/{batch}.quarantine.jsonl").decode().splitlines()
+    return resources["storage"].read_bytes(layout.quarantine(batch)).decode().splitlines()
 
 
 def warehouse_count(resources) -> int:
@@ -79,12 +78,12 @@ def test_sensor_finds_every_new_batch_whatever_its_name_and_skips_known_ones(int
     _, resources, instance = intake
     storage = resources["storage"]
     for name in ["zzz.jsonl", "aaa.jsonl.gz", "m.parquet", "notes.txt", ".hidden.jsonl"]:
-        storage.write_bytes(f"{layout.INCOMING}/{name}", b"")
+        storage.write_bytes(layout.incoming(name), b"")
     result = new_feedback_sensor(build_sensor_context(instance=instance, resources={"storage": storage}))
     keys = sorted(r.partition_key for r in result.run_requests)
     assert keys == ["aaa.jsonl.gz", "m.parquet", "zzz.jsonl"]
     assert all(r.run_key == r.partition_key for r in result.run_requests)
     instance.add_dynamic_partitions("feedback_batch", keys)
-    storage.write_bytes(f"{layout.INCOMING}/0-earlier-name.jsonl", b"")
+    storage.write_bytes(layout.incoming("0-earlier-name.jsonl"), b"")
     again = new_feedback_sensor(build_sensor_context(instance=instance, resources={"storage": storage}))
     assert [r.partition_key for r in again.run_requests] == ["0-earlier-name.jsonl"]

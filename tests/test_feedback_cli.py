@@ -4,9 +4,8 @@ import gzip
 
 from feedback_intake import event
 
-from rmi_pipeline import layout
-from rmi_pipeline.cli import main
-from rmi_pipeline.resources import build_resources
+from rmi_pipeline.cli.main import main
+from rmi_pipeline.resources import build_resources, layout
 
 
 def rmi(*argv) -> int:
@@ -22,7 +21,7 @@ def test_ingest_lands_a_file_under_its_name_and_prints_the_counts(rmi_env, tmp_p
     assert "from-support.jsonl.gz: 8 rows, 6 valid, 1 repeated in the file, 1 bad" in out
     assert "ingested 1 batch(es): 8 rows in, 6 new events, 1 duplicates, 1 quarantined" in out
     storage, warehouse = (build_resources(rmi_env)[k] for k in ("storage", "warehouse"))
-    assert storage.read_bytes(f"{layout.INCOMING}/from-support.jsonl.gz") == path.read_bytes()
+    assert storage.read_bytes(layout.incoming("from-support.jsonl.gz")) == path.read_bytes()
     assert len(warehouse.query("SELECT * FROM feedback_events")) == 6
 
     assert rmi("feedback", "ingest", str(path)) == 2  # a second file of the same name would be ignored

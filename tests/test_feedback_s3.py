@@ -15,8 +15,7 @@ import pytest
 from dagster import SkipReason, instance_for_test
 from feedback_intake import Intake, event
 
-from rmi_pipeline import layout
-from rmi_pipeline.resources import build_resources
+from rmi_pipeline.resources import build_resources, layout
 from rmi_pipeline.settings import Settings
 
 BUCKET = "team-feedback"
@@ -84,7 +83,7 @@ def test_batches_landed_on_s3_as_jsonl_gzip_and_parquet_are_ingested_with_counts
     intake.land("day2.jsonl.gz", gzip.compress("\n".join(event(i) for i in range(5, 15)).encode()))
     intake.land("day3.parquet", parquet_bytes([event(i) for i in range(15, 20)]))
     intake.land("readme.txt", b"not a batch")
-    assert fs.exists(f"{root}/{layout.INCOMING}/day1.jsonl")  # really on S3, under the prefix
+    assert fs.exists(f"{root}/{layout.incoming('day1.jsonl')}")  # really on S3, under the prefix
 
     result = intake.tick()
     assert sorted(r.partition_key for r in result.run_requests) == ["day1.jsonl", "day2.jsonl.gz", "day3.parquet"]
@@ -102,7 +101,7 @@ def test_batches_landed_on_s3_as_jsonl_gzip_and_parquet_are_ingested_with_counts
     }
     assert intake.warehouse_count() == 20
     assert [q["reason"][:14] for q in intake.quarantined("day1.jsonl")] == ["malformed JSON"]
-    assert fs.exists(f"{root}/{layout.VALIDATED}/day3.parquet.parquet")
+    assert fs.exists(f"{root}/{layout.validated('day3.parquet')}")
     assert isinstance(intake.tick(), SkipReason)  # nothing new now
 
 
@@ -115,7 +114,7 @@ def test_a_file_put_by_another_client_is_seen_on_the_next_tick(s3_intake, s3_end
     assert [r.partition_key for r in intake.tick().run_requests] == ["first.jsonl"]
     client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
     prefix = root.split("/", 1)[1]
-    client.put_object(Bucket=BUCKET, Key=f"{prefix}/{layout.INCOMING}/second.jsonl", Body=event(2).encode())
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/{layout.incoming('second.jsonl')}", Body=event(2).encode())
     assert [r.partition_key for r in intake.tick().run_requests] == ["second.jsonl"]
     run, meta = intake.ingest("second.jsonl")
     assert run.success and meta["feedback_events"]["ingested"] == 1

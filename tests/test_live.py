@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from rmi_pipeline import layout
-from rmi_pipeline.cli import main
+from rmi_pipeline.cli.main import main
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
-from rmi_pipeline.resources import build_resources
+from rmi_pipeline.resources import build_resources, layout
 from rmi_pipeline.world.curators import curate_eval_suite
 
 

@@ -10,10 +10,10 @@ import torch
 from dagster import AssetKey, DagsterInstance, instance_for_test, materialize
 
 from rmi_pipeline.assets import candidate_evaluation, champion
-from rmi_pipeline.cli import main
+from rmi_pipeline.cli.main import main
 from rmi_pipeline.ml.train import fit
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
-from rmi_pipeline.resources import build_resources
+from rmi_pipeline.resources import build_resources, layout
 from rmi_pipeline.settings import Settings
 
 
@@ -50,9 +50,9 @@ def test_feedback_reached_the_warehouse_and_every_row_is_accounted_for(loop):
 def test_a_model_leads_back_to_its_dataset_batches_and_run(loop):
     mv = loop["registry"].version("champion")
     storage = loop["storage"]
-    manifest = storage.read_json(f"datasets/{mv.tags['dataset_version']}/manifest.json")
+    manifest = storage.read_json(layout.dataset_manifest(mv.tags['dataset_version']))
     assert mv.tags["feedback_batches"] == ",".join(manifest["batches"]) and len(manifest["batches"]) == 1
-    assert storage.exists(f"feedback/incoming/{manifest['batches'][0]}")
+    assert storage.exists(layout.incoming(manifest['batches'][0]))
     assert mv.tags["warm_start_from"] == "1" and mv.tags["code_version"]
     instance = DagsterInstance.from_config(str(loop["settings"].dagster_home))
     run = instance.get_run_by_id(mv.tags["dagster_run_id"])
@@ -61,7 +61,7 @@ def test_a_model_leads_back_to_its_dataset_batches_and_run(loop):
 
 def test_each_source_of_the_training_mix_has_its_rows_and_loss_logged(loop):
     mv = loop["registry"].version("champion")  # the cycle-1 candidate
-    manifest = loop["storage"].read_json(f"datasets/{mv.tags['dataset_version']}/manifest.json")
+    manifest = loop["storage"].read_json(layout.dataset_manifest(mv.tags['dataset_version']))
     # the default mix: new feedback, corrections and replay; the champion's own sources are off (RMI_MIX)
     assert set(manifest["by_source"]) == {"feedback", "corrections", "replay"}, manifest["by_source"]
     metrics = loop["registry"].client().get_run(mv.run_id).data.metrics
@@ -82,7 +82,7 @@ def evaluate_challenger(loop) -> tuple[bool, dict]:
     assert result.success
     promoted = any(e.asset_key.to_user_string() == "champion" for e in result.get_asset_materialization_events())
     version = loop["registry"].version("challenger").version
-    return promoted, json.loads(loop["storage"].read_bytes(f"evaluations/v{version}.json"))
+    return promoted, json.loads(loop["storage"].read_bytes(layout.evaluation(version)))
 
 
 def test_random_weights_challengers_are_never_promoted_and_the_champion_stays(loop):
@@ -141,7 +141,7 @@ def test_the_eval_warns_when_no_slice_is_left_to_improve_on(loop):
     from rmi_pipeline.assets.evaluation import headroom
     from rmi_pipeline.ml.gate import Paired
 
-    report = json.loads(loop["storage"].read_bytes(f"evaluations/v{loop['registry'].version('champion').version}.json"))
+    report = json.loads(loop["storage"].read_bytes(layout.evaluation(loop['registry'].version('champion').version)))
     counted = {s["name"] for s in report["decision"]["slices"] if s["counted"]}
     scores = {s["name"]: s["challenger"] for s in report["decision"]["slices"]}
     check = headroom({n: Paired(np.array([scores[n]])) for n in counted}, counted)
@@ -157,7 +157,6 @@ def test_the_champion_practises_for_its_successor_with_every_source_on(loop, tmp
 
     import polars as pl
 
-    from rmi_pipeline import layout
     from rmi_pipeline.assets import practice
 
     home = tmp_path / "home"

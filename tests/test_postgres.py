@@ -10,7 +10,7 @@ import pytest
 import yaml
 from local_servers import mlflow_server, postgres_bin, postgres_server, s3_server
 
-from rmi_pipeline.cli import main
+from rmi_pipeline.cli.main import main
 
 DEPLOY_YAML = Path(__file__).resolve().parent.parent / "deploy" / "dagster.yaml"
 BUCKETS = ("rmi-store", "rmi-evals", "rmi-mlflow", "rmi-dagster-logs")

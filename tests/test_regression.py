@@ -6,11 +6,11 @@ from dagster import AssetMaterialization, SkipReason, build_sensor_context, inst
 from feedback_intake import event
 from webhook import serve_hook
 
-from rmi_pipeline import layout
 from rmi_pipeline.assets import eval_suite
-from rmi_pipeline.cli import QUIET_LOGS, ingest_new_batches
+from rmi_pipeline.automation.in_process import QUIET_LOGS, ingest_new_batches
 from rmi_pipeline.definitions import build_definitions
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
+from rmi_pipeline.resources import layout
 from rmi_pipeline.settings import Settings
 from rmi_pipeline.world.curators import curate_eval_suite
 
@@ -39,7 +39,7 @@ def test_with_no_improvement_possible_the_loop_stops_after_its_budget_and_alerts
                 "run_config", QUIET_LOGS), raise_on_error=False, **kwargs)
 
         def land(name: str, lines: list[str]) -> dict:
-            storage.write_bytes(f"{layout.INCOMING}/{name}", "\n".join(lines).encode())
+            storage.write_bytes(layout.incoming(name), "\n".join(lines).encode())
             assert ingest_new_batches(defs, instance)["ingested"] == len(lines)
             result = job("health_check")  # as health_after_ingest does under the daemon
             return {k: v.value for k, v in result.asset_materializations_for_node("champion_health")[0]

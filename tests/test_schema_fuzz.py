@@ -11,7 +11,8 @@ from datetime import UTC
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmi_pipeline.schema import BOM, event_frame, parse_batch
+from rmi_pipeline.schema import event_frame, parse_batch
+from rmi_pipeline.schema.parse import BOM
 
 FAST = settings(max_examples=200, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow])

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from dagster import AssetCheckResult, AssetCheckSpec, AssetExecutionContext, MaterializeResult, asset
 
-from .. import layout
+from ..resources import layout
 from ..resources.registry import ModelRegistry
 from ..resources.storage import ObjectStore
 from ..resources.warehouse import Warehouse
@@ -41,7 +41,7 @@ def training_dataset(
 ) -> MaterializeResult:
     import polars as pl
 
-    from ..hygiene import is_mined_holdout, ngram_hashes
+    from ..ml.hygiene import is_mined_holdout, ngram_hashes
     from ..recipes.base import load_recipe
 
     settings = Settings()
@@ -109,12 +109,12 @@ def training_dataset(
     digest = hashlib.sha256(rows.select("prompt", "target").write_csv().encode()).hexdigest()[:8]
     version = f"ds-{datetime.now(UTC):%Y%m%dT%H%M%S}-{digest}"
     by_source = {m: sizes[m] for m in settings.mix if m in sizes}  # rows per source of the training mix
-    uri = storage.write_parquet(f"{layout.DATASETS}/{version}/train.parquet", rows)
-    storage.write_json(f"{layout.DATASETS}/{version}/manifest.json", {
+    uri = storage.write_parquet(layout.dataset_rows(version), rows)
+    storage.write_json(layout.dataset_manifest(version), {
         "version": version, "rows": len(rows), "by_source": by_source, "batches": batches,
         "new_batches": new_batches, "eval_version": manifest["version"], "created_at": datetime.now(UTC).isoformat(),
     })
-    storage.write_json(f"{layout.DATASETS}/latest.json", {"version": version})
+    storage.write_json(layout.DATASET_LATEST, {"version": version})
     context.log.info(f"dataset {version}: {len(rows)} rows {by_source}, {len(new_batches)} new batches, "
                      f"{counts}, {unusable} unusable")
     return MaterializeResult(
@@ -131,7 +131,7 @@ def training_dataset(
 
 
 def _batches_of(storage: ObjectStore, version: str | None) -> set[str]:
-    key = f"{layout.DATASETS}/{version}/manifest.json"
+    key = layout.dataset_manifest(version)
     return set(storage.read_json(key)["batches"]) if version and storage.exists(key) else set()
 
 

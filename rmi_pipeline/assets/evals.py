@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
-from .. import layout
+from ..resources import layout
 from ..resources.storage import ObjectStore
 from ..resources.warehouse import Warehouse
 from ..settings import Settings
@@ -39,7 +39,7 @@ def load_anchor(eval_store: ObjectStore) -> dict:
 def eval_suite(context: AssetExecutionContext, storage: ObjectStore, eval_store: ObjectStore,
                warehouse: Warehouse) -> MaterializeResult:
     """Refresh and mine the private sets, then publish what training may know: hashes, slice sizes, canary."""
-    from ..hygiene import is_mined_holdout, ngram_hashes
+    from ..ml.hygiene import is_mined_holdout, ngram_hashes
     from ..recipes.base import load_recipe
 
     settings = Settings()
@@ -51,7 +51,7 @@ def eval_suite(context: AssetExecutionContext, storage: ObjectStore, eval_store:
     refreshed = [{"prompt": t.prompt, "answer": t.answer, "skill": t.skill, "tier": t.tier} for t in
                  recipe.build_eval_suite(random.Random(f"refresh-{settings.seed}-{drawn}"),
                                          settings.refreshed_items_per_slice)]
-    eval_store.write_json(f"{layout.REFRESHED}/{stamp}.json", {"version": stamp, "items": refreshed})
+    eval_store.write_json(layout.refreshed(stamp), {"version": stamp, "items": refreshed})
 
     hard = warehouse.query("SELECT prompt, correction FROM feedback_events WHERE rating = 'down' AND "
                            "correction IS NOT NULL ORDER BY ts DESC, event_id")
@@ -68,7 +68,7 @@ def eval_suite(context: AssetExecutionContext, storage: ObjectStore, eval_store:
             per_skill[skill] += 1
             seen.add(digest)
             mined.append({"prompt": prompt, "answer": answer, "skill": skill, "tier": tier})
-    eval_store.write_json(f"{layout.MINED}/{stamp}.json", {"version": stamp, "items": mined})
+    eval_store.write_json(layout.mined(stamp), {"version": stamp, "items": mined})
 
     counts: dict[tuple[str, int], int] = {}
     for item in anchor["items"]:

@@ -18,7 +18,7 @@ from dagster import (
     asset,
 )
 
-from .. import layout
+from ..resources import layout
 from ..resources.registry import CHALLENGER, CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..settings import Settings
@@ -46,8 +46,8 @@ def candidate_evaluation(context: AssetExecutionContext, storage: ObjectStore, e
     private = {(s["skill"], s["tier"]) for s in manifest["slices"] if s["private"]}
     sets = {
         "anchor": load_anchor(eval_store)["items"],
-        "refreshed": read_set(eval_store, f"{layout.REFRESHED}/{manifest['refreshed_version']}.json")["items"],
-        "mined": read_set(eval_store, f"{layout.MINED}/{manifest['mined_version']}.json")["items"],
+        "refreshed": read_set(eval_store, layout.refreshed(manifest['refreshed_version']))["items"],
+        "mined": read_set(eval_store, layout.mined(manifest['mined_version']))["items"],
         "public": [vars(t) for t in recipe.public_eval()],
     }
     tasks = [(name, Task(i["prompt"], i["answer"], i["skill"], int(i["tier"]))) for name, items in sets.items()
@@ -102,7 +102,7 @@ def candidate_evaluation(context: AssetExecutionContext, storage: ObjectStore, e
     report = {"challenger_version": challenger.version, "champion_version": champion.version if champion else None,
               "suite_version": manifest["version"], "refreshed_version": manifest["refreshed_version"],
               "scores": scores, "decision": decision.as_dict()}
-    storage.write_json(f"{layout.EVALUATIONS}/v{challenger.version}.json", report)
+    storage.write_json(layout.evaluation(challenger.version), report)
     registry.tag(challenger.version, {"eval_anchor_mean": f"{scores['challenger_anchor_mean']:.4f}",
                                       "gate_verdict": verdict, "gate_reason": decision.reason[:4000]})
     # with a champion the interval is the gain's; for a first model, its score's

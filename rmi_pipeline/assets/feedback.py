@@ -16,11 +16,11 @@ from dagster import (
     asset,
 )
 
-from .. import layout
-from ..partitions import feedback_batches
+from ..resources import layout
 from ..resources.storage import ObjectStore
 from ..resources.warehouse import Warehouse
 from ..settings import Settings
+from .partitions import feedback_batches
 
 
 @asset(
@@ -50,7 +50,7 @@ def check_batch(storage: ObjectStore, name: str, settings: Settings) -> tuple[di
     Returns (summary, rows_valid check metadata with `passed`)."""
     from ..schema import parse_batch
 
-    parsed = parse_batch(name, storage.read_bytes(f"{layout.INCOMING}/{name}"), name, settings.max_text_chars)
+    parsed = parse_batch(name, storage.read_bytes(layout.incoming(name)), name, settings.max_text_chars)
     events = add_slices(parsed.frame, settings.recipe)
     rows_in = parsed.rows_in
     bad_share = len(parsed.quarantined) / max(1, rows_in)
@@ -60,15 +60,15 @@ def check_batch(storage: ObjectStore, name: str, settings: Settings) -> tuple[di
         parsed.quarantined += [{"row": None, "reason": reason, "raw": json.dumps(e, default=str)}
                                for e in events.to_dicts()]
         events = events.clear()
-    storage.write_parquet(f"{layout.VALIDATED}/{name}.parquet", events)
-    storage.write_bytes(f"{layout.QUARANTINE}/{name}.quarantine.jsonl",
+    storage.write_parquet(layout.validated(name), events)
+    storage.write_bytes(layout.quarantine(name),
                         "".join(json.dumps(q) + "\n" for q in parsed.quarantined).encode())
     reasons: dict[str, int] = {}
     for q in parsed.quarantined:
         reasons[q["reason"]] = reasons.get(q["reason"], 0) + 1
     summary = {"rows_in": rows_in, "valid": events.height, "quarantined": len(parsed.quarantined),
                "duplicates_in_batch": parsed.duplicates}
-    storage.write_json(f"{layout.VALIDATED}/{name}.summary.json", summary)
+    storage.write_json(layout.validated_summary(name), summary)
     check = {
         "passed": passed, "bad_share": round(bad_share, 4), "limit": settings.max_bad_share,
         "expectations_evaluated": parsed.expectations_evaluated,
@@ -128,8 +128,8 @@ def feedback_events(context: AssetExecutionContext, storage: ObjectStore, wareho
 
 def land_batch(storage: ObjectStore, warehouse: Warehouse, name: str) -> dict:
     """A validated batch into the warehouse; its counts, which must add up."""
-    summary = storage.read_json(f"{layout.VALIDATED}/{name}.summary.json")
-    ingested, duplicates = warehouse.ingest(storage.read_parquet(f"{layout.VALIDATED}/{name}.parquet"))
+    summary = storage.read_json(layout.validated_summary(name))
+    ingested, duplicates = warehouse.ingest(storage.read_parquet(layout.validated(name)))
     counts = {"rows_in": summary["rows_in"], "ingested": ingested,
               "duplicates": duplicates + summary["duplicates_in_batch"], "quarantined": summary["quarantined"]}
     if counts["rows_in"] != counts["ingested"] + counts["duplicates"] + counts["quarantined"]:

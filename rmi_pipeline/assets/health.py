@@ -16,7 +16,7 @@ and a drift that begins just as a new champion starts serving is caught the same
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
-from .. import layout
+from ..resources import layout
 from ..resources.registry import CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..resources.warehouse import Warehouse
@@ -38,8 +38,8 @@ def champion_health(context: AssetExecutionContext, storage: ObjectStore, eval_s
     recipe = load_recipe(settings.recipe)
     manifest = storage.read_json(layout.EVAL_MANIFEST)
     items = (load_anchor(eval_store)["items"]
-             + read_set(eval_store, f"{layout.REFRESHED}/{manifest['refreshed_version']}.json")["items"])
-    mined = read_set(eval_store, f"{layout.MINED}/{manifest['mined_version']}.json")["items"]
+             + read_set(eval_store, layout.refreshed(manifest['refreshed_version']))["items"])
+    mined = read_set(eval_store, layout.mined(manifest['mined_version']))["items"]
     tasks = [Task(i["prompt"], i["answer"], i["skill"], int(i["tier"])) for i in items + mined]
     right = recipe.correct(registry.load(champion.version, recipe), tasks)
     hits: dict[str, list[bool]] = {}
@@ -49,7 +49,7 @@ def champion_health(context: AssetExecutionContext, storage: ObjectStore, eval_s
 
     down, down_all = live_rates(warehouse, str(champion.version), settings.health_window_events)
 
-    key = f"health/baseline-v{champion.version}.json"
+    key = layout.health_baseline(champion.version)
     if not storage.exists(key):  # the champion's first check is its baseline
         before, before_all = live_rates(warehouse, str(champion.version), settings.health_window_events, others=True)
         storage.write_json(key, {"scores": scores, "down": before, "down_all": before_all})

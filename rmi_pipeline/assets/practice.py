@@ -12,7 +12,7 @@ import random
 
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
-from .. import layout
+from ..resources import layout
 from ..resources.registry import CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..resources.warehouse import Warehouse
@@ -28,8 +28,8 @@ def practice(context: AssetExecutionContext, storage: ObjectStore, warehouse: Wa
              registry: ModelRegistry) -> MaterializeResult:
     import polars as pl
 
-    from ..hygiene import is_mined_holdout
     from ..ml.curriculum import frontier
+    from ..ml.hygiene import is_mined_holdout
     from ..ml.rl import coach, rollouts
     from ..ml.self_label import self_label
     from ..recipes.base import load_recipe
@@ -81,7 +81,7 @@ def practice(context: AssetExecutionContext, storage: ObjectStore, warehouse: Wa
         rows += [{**r, "source": "hint_distill"} for r in co.rows]
         meta |= {"coach_failed": co.failed, "coach_hinted": co.hinted, "coach_solved_with_hint": co.solved_with_hint,
                  "coach_solved_without_hint": co.solved_without_hint}
-        storage.write_json(f"{layout.PRACTICE}/v{champion.version}-failed.json", {"prompts": co.failed_prompts})
+        storage.write_json(layout.practice_failed(champion.version), {"prompts": co.failed_prompts})
     if mix["self_label"]:
         sl = self_label(recipe, model, rng, settings.self_label_problems, settings.self_label_votes, temperature,
                         settings.saturation, seed + 3, settings.practice_tiers)
@@ -91,7 +91,7 @@ def practice(context: AssetExecutionContext, storage: ObjectStore, warehouse: Wa
     frame = pl.DataFrame(rows, schema={"prompt": pl.String, "target": pl.String, "source": pl.String,
                                        "scale": pl.Float64, "reference": pl.String}
                          ).with_columns(pl.col("scale").fill_null(1.0))
-    path = f"{layout.PRACTICE}/v{champion.version}-{events}.parquet"
+    path = layout.practice_rows(champion.version, events)
     storage.write_parquet(path, frame)
     storage.write_json(layout.PRACTICE_LATEST, {"champion_version": str(champion.version), "rows": path})
     counts = {r["source"]: r["len"] for r in frame.group_by("source").len().to_dicts()}

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
-from .. import layout
+from ..resources import layout
 from ..resources.notifier import Notifier
 from ..resources.registry import CHALLENGER, CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
@@ -18,7 +18,7 @@ def champion(context: AssetExecutionContext, storage: ObjectStore, registry: Mod
     challenger = registry.version(CHALLENGER)
     if challenger is None:
         raise LookupError(f"model {registry.model_name!r} has no challenger")
-    key = f"{layout.EVALUATIONS}/v{challenger.version}.json"
+    key = layout.evaluation(challenger.version)
     if not storage.exists(key):
         raise FileNotFoundError(f"challenger v{challenger.version} has not been evaluated ({key})")
     report = storage.read_json(key)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dagster import AssetExecutionContext, Config, MaterializeResult, PipesClient, PreviewWarning, ResourceParam, asset
 
-from .. import layout
+from ..resources import layout
 from ..resources.registry import ModelRegistry
 from ..resources.storage import ObjectStore
 from ..settings import Settings
@@ -37,8 +37,8 @@ class CandidateConfig(Config):
 def candidate_model(context: AssetExecutionContext, config: CandidateConfig, storage: ObjectStore,
                     registry: ModelRegistry, training_launcher: ResourceParam[PipesClient]) -> MaterializeResult:
     settings = Settings()
-    version = storage.read_json(f"{layout.DATASETS}/latest.json")["version"]
-    manifest = storage.read_json(f"{layout.DATASETS}/{version}/manifest.json")
+    version = storage.read_json(layout.DATASET_LATEST)["version"]
+    manifest = storage.read_json(layout.dataset_manifest(version))
     champion = registry.version("champion")
     steps = int((settings.train_steps if champion else settings.bootstrap_steps) * config.steps_multiplier)
     max_seconds = settings.train_max_seconds if champion else settings.bootstrap_max_seconds
@@ -46,18 +46,18 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, sto
     run_id_dagster = context.run.run_id
     lineage = {
         "dataset_version": version,
-        "dataset_uri": storage.uri(f"{layout.DATASETS}/{version}"),
+        "dataset_uri": storage.uri(layout.dataset(version)),
         "feedback_batches": _joined(manifest["batches"]),
         "dagster_run_id": run_id_dagster,
         "code_version": code_version(),
         "recipe": settings.recipe,
         "warm_start_from": champion.version if champion else "scratch",
     }
-    checkpoint_key = f"{layout.CANDIDATE_CHECKPOINTS}/{run_id_dagster}.pt"
+    checkpoint_key = layout.candidate_checkpoint(run_id_dagster)
     extras = {
         "recipe": settings.recipe,
         "dataset_version": version,
-        "dataset_uri": storage.uri(f"{layout.DATASETS}/{version}/train.parquet"),
+        "dataset_uri": storage.uri(layout.dataset_rows(version)),
         "storage_options": {"endpoint_url": settings.s3_endpoint_url} if settings.s3_endpoint_url else {},
         "warm_start_uri": _warm_start(champion.version, storage, registry) if champion else None,
         "checkpoint_uri": storage.uri(checkpoint_key),
@@ -102,7 +102,7 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, sto
 def _warm_start(version: str, storage: ObjectStore, registry: ModelRegistry) -> str:
     """The champion's checkpoint in the object store, where the training program can read it (copied from the
     registry once per champion: a training pod needs no access to MLflow)."""
-    key = f"{layout.CHAMPION_CHECKPOINTS}/v{version}.pt"
+    key = layout.champion_checkpoint(version)
     if not storage.exists(key):
         with tempfile.TemporaryDirectory() as tmp:
             storage.write_bytes(key, registry.download_checkpoint(version, tmp)[1].read_bytes())

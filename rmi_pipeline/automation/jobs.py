@@ -3,7 +3,7 @@
 from dagster import AssetSelection, define_asset_job
 
 from ..assets import CYCLE, FEEDBACK, champion_health
-from ..partitions import feedback_batches
+from ..assets.partitions import feedback_batches
 
 ingest_feedback = define_asset_job(
     "ingest_feedback",

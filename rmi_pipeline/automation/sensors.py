@@ -7,17 +7,12 @@ regression_sensor: a regressed champion_health starts a targeted cycle, within a
 
 from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
-from .. import layout
-from ..partitions import feedback_batches
+from ..assets.partitions import can_be_partition, feedback_batches
+from ..resources import layout
 from ..resources.notifier import Notifier
 from ..resources.storage import ObjectStore
 from ..schema import SUFFIXES, is_batch_file
 from .jobs import improvement_cycle, ingest_feedback
-
-
-def can_be_partition(name: str) -> bool:
-    """Dagster refuses partition keys with '...' or control characters; one such name would fail every tick."""
-    return "..." not in name and all(ord(c) >= 32 for c in name)
 
 
 @sensor(job=ingest_feedback, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)

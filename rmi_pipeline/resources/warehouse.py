@@ -19,26 +19,14 @@ from pathlib import Path
 
 from dagster import ConfigurableResource
 
-SCHEMA = """
+from ..schema import EVENT_COLUMNS
+
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS feedback_events (
-    event_id VARCHAR,
-    schema_version INTEGER,
-    ts TIMESTAMPTZ,
-    user_id VARCHAR,
-    model_version VARCHAR,
-    prompt VARCHAR,
-    completion VARCHAR,
-    rating VARCHAR,
-    correction VARCHAR,
-    comment VARCHAR,
-    source VARCHAR,
-    skill VARCHAR,
-    meta JSON,
-    batch_id VARCHAR,
+    {", ".join(f"{name} {kind}" for name, kind in EVENT_COLUMNS.items())},
     ingested_at TIMESTAMPTZ DEFAULT current_timestamp
 );
--- tier is not in schema v1: it is filled at ingest from the recipe (NULL when the prompt is not one it knows);
--- warehouses created before it gain the column here
+-- warehouses created before tier (not in schema v1, filled from the recipe at ingest) gain the column here
 ALTER TABLE feedback_events ADD COLUMN IF NOT EXISTS tier INTEGER;
 ALTER TABLE feedback_events ADD COLUMN IF NOT EXISTS id_key UBIGINT;  -- hash(event_id): see the module docstring
 CREATE TABLE IF NOT EXISTS warehouse_info (key VARCHAR, value VARCHAR);
@@ -69,8 +57,6 @@ SELECT prompt, any_value(skill) AS skill, any_value(tier) AS tier,
 FROM feedback_events GROUP BY prompt HAVING count(*) FILTER (rating = 'down') > 0
 ORDER BY thumbs_down DESC, thumbs_down_rate DESC, prompt;
 """
-COLUMNS = ["event_id", "schema_version", "ts", "user_id", "model_version", "prompt", "completion", "rating",
-           "correction", "comment", "source", "skill", "meta", "batch_id", "tier"]
 VIEWS = ("feedback_quality", "feedback_daily", "feedback_corrections", "failing_prompts")
 KEY = "hash(event_id)"  # id_key of an event: 64 bits, so a batch scans 8 bytes per stored event, not its id
 
@@ -101,16 +87,17 @@ class Warehouse(ConfigurableResource):
             pass
 
     def ingest(self, events) -> tuple[int, int]:
-        """Insert validated events (a polars frame with COLUMNS) not already there; returns (ingested, duplicates).
+        """Insert validated events (a polars frame with EVENT_COLUMNS) not already there; returns (ingested,
+        duplicates).
 
         An event_id repeated inside `events` counts once, like one already in the warehouse."""
         import polars as pl
 
         if "tier" not in events.columns:  # validated before tiers existed
             events = events.with_columns(pl.lit(None, dtype=pl.Int64).alias("tier"))
-        columns = ", ".join(COLUMNS)
+        columns = ", ".join(EVENT_COLUMNS)
         with self.connect() as conn:
-            conn.register("incoming", events.select(COLUMNS).to_arrow(compat_level=pl.CompatLevel.newest()))
+            conn.register("incoming", events.select(list(EVENT_COLUMNS)).to_arrow(compat_level=pl.CompatLevel.newest()))
             conn.execute("BEGIN")
             conn.execute(f"CREATE TEMP TABLE batch AS SELECT {columns}, {KEY} AS id_key FROM incoming")
             # the stored keys this batch hits (one narrow column scanned), then the full ids behind those hits

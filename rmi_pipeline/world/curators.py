@@ -5,7 +5,7 @@ import random
 import uuid
 from datetime import UTC, datetime
 
-from .. import layout
+from ..resources import layout
 
 
 def curate_eval_suite(eval_store, recipe, items_per_slice: int, seed: int) -> dict:

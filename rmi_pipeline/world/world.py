@@ -4,9 +4,8 @@ import json
 import random
 from datetime import UTC, datetime
 
-from .. import layout
 from ..recipes.base import load_recipe
-from ..resources import build_resources
+from ..resources import build_resources, layout
 from ..settings import Settings
 from .curators import curate_eval_suite
 from .users import Drift, Reactions, questions, react
@@ -51,7 +50,7 @@ class World:
                 lines[i] = lines[i][: rng.randrange(1, len(lines[i]))]
                 garbled += 1
         name = f"{prefix}-{datetime.now(UTC):%Y%m%dT%H%M%S}.jsonl"
-        self.storage.write_bytes(f"{layout.INCOMING}/{name}", ("\n".join(lines) + "\n").encode())
+        self.storage.write_bytes(layout.incoming(name), ("\n".join(lines) + "\n").encode())
         right = [a == t.answer for t, a in zip(tasks, answers, strict=True)]
         stats = {
             "queries": len(events), "champion_version": champion.version,

@@ -115,7 +115,7 @@ def write_summary(records: list[CycleRecord], path: Path) -> None:
 
 
 def status_text(settings) -> str:
-    from .resources import build_resources
+    from ..resources import build_resources
 
     res = build_resources(settings)
     registry, warehouse = res["registry"], res["warehouse"]

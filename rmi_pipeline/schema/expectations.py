@@ -1,7 +1,7 @@
 """Feedback schema v1 as a Great Expectations suite, and how it runs on a batch at warehouse speed.
 
 The suite is the one source of truth for what a valid event is: types, required fields, the rating and source
-domains, timestamp sanity, text size limits and a unique event_id. schema.py only turns bytes into rows (it cannot
+domains, timestamp sanity, text size limits and a unique event_id. parse.py only turns bytes into rows (it cannot
 check a row that does not exist yet: malformed JSON, invalid UTF-8); every rule about a row's values is here.
 
 GX on pandas costs about 10x a raw DuckDB copy of the same rows, so GX is asked once per process, through its SQL
@@ -9,7 +9,7 @@ datasource on DuckDB, for each expectation's failing-row query (`return_unexpect
 runs those queries in one DuckDB statement: the rows GX would flag, with counts identical to GX's own
 (tests/test_expectations.py checks that against a full GX validation).
 
-    python -m rmi_pipeline.expectations    prints the suite and the SQL each expectation compiles to
+    python -m rmi_pipeline.schema.expectations    prints the suite and the SQL each expectation compiles to
 """
 
 from __future__ import annotations
@@ -20,22 +20,14 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
+from pathlib import Path
 
-SCHEMA_VERSION = 1
+from .fields import EVENT_COLUMNS, FIELDS, REQUIRED_TEXT, SCHEMA_VERSION, STAGING, TEXT_FIELDS
+
 MAX_CLOCK_SKEW = timedelta(days=1)
 EARLIEST_TS = datetime(2000, 1, 1, tzinfo=UTC)  # older clocks are unset or wrong, not feedback
 RFC3339 = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})?$"
 HAS_ZONE = r"(Z|[+-]\d{2}:\d{2})$"
-TEXT_FIELDS = ("event_id", "user_id", "model_version", "prompt", "completion", "rating", "correction", "comment",
-               "source", "skill")
-REQUIRED_TEXT = ("event_id", "user_id", "model_version", "prompt", "completion")
-TYPED = ("rating", "correction", "comment", "skill", "meta")  # optional: null is fine, another JSON type is not
-# The rows the suite validates, as schema.py builds them (staging columns and their DuckDB types)
-STAGING = {"row": "BIGINT", "schema_version": "BIGINT", "ts_text": "VARCHAR", "ts_value": "TIMESTAMPTZ",
-           **{name: "VARCHAR" for name in TEXT_FIELDS}, "meta": "VARCHAR",
-           **{f"{name}_type": "VARCHAR" for name in TYPED}}
-EVENT_COLUMNS = ("event_id", "schema_version", "ts", "user_id", "model_version", "prompt", "completion", "rating",
-                 "correction", "comment", "source", "skill", "meta", "batch_id", "tier")  # the warehouse's, in order
 DUPLICATE = "duplicate"  # the action of the uniqueness expectation: the first row is kept, not quarantined
 
 
@@ -111,11 +103,11 @@ class Checked:
     evaluated: int = 0  # expectations run on the batch
 
 
-def check(rows, batch_id: str | None, max_text_chars: int) -> Checked:
+def check(rows, batch_id: str | None, max_text_chars: int, cache_dir: Path | None = None) -> Checked:
     """Run the suite on staging rows (an Arrow table with STAGING columns) in one DuckDB pass."""
     import polars as pl
 
-    rules = compiled_rules(max_text_chars, _hour())
+    rules = compiled_rules(max_text_chars, _hour(), cache_dir)
     dup = _ids([i for i, r in enumerate(rules) if r.action == DUPLICATE])
     conn = _database().cursor()  # its own connection: temp tables are private to it and go with it
     try:
@@ -146,7 +138,7 @@ def check(rows, batch_id: str | None, max_text_chars: int) -> Checked:
     events = pl.from_arrow(rows, rechunk=False).with_columns(ts=pl.from_arrow(parsed_ts, rechunk=False))
     if excluded:
         events = events.filter(~pl.col("row").is_in(excluded))
-    events = events.select(*EVENT_COLUMNS[:-2], batch_id=pl.lit(batch_id, dtype=pl.String),
+    events = events.select(*(c for c in EVENT_COLUMNS if c in FIELDS), batch_id=pl.lit(batch_id, dtype=pl.String),
                            tier=pl.lit(None, dtype=pl.Int64))
     quarantined = [{"row": row, "reason": "; ".join(dict.fromkeys(rules[i].reason for i in ids))} for row, ids in bad]
     return Checked(events=events, quarantined=quarantined, duplicates=duplicates, evaluated=len(rules),
@@ -171,21 +163,24 @@ def _hour() -> int:
 
 
 @lru_cache(maxsize=4)
-def compiled_rules(max_text_chars: int, hour: int) -> list[Rule]:
+def compiled_rules(max_text_chars: int, hour: int, cache_dir: Path | None = None) -> list[Rule]:
     """Each expectation's failing-row SQL, as GX writes it for DuckDB.
 
     Every ingest run is a process of its own, and importing GX costs seconds: what GX wrote is kept for the hour
-    under RMI_HOME/cache, keyed by this module's source and the versions that wrote it."""
+    in `cache_dir` (RMI_HOME/cache), keyed by the source of the suite, its fields and its dialect and by the
+    versions that wrote it. Without a `cache_dir` the rules are compiled once per process."""
     import hashlib
     import json
     from importlib import metadata
-    from pathlib import Path
 
-    from .settings import Settings
+    from . import fields, gx_duckdb
 
+    if cache_dir is None:
+        return _compile(max_text_chars, hour)
+    sources = [Path(m.__file__).read_text() for m in (fields, gx_duckdb)] + [Path(__file__).read_text()]
     versions = [metadata.version(p) for p in ("great-expectations", "duckdb-engine", "sqlalchemy", "duckdb")]
-    key = hashlib.sha256(json.dumps([Path(__file__).read_text(), versions, max_text_chars, hour]).encode())
-    cached = Settings().resolved_home / "cache" / f"feedback-suite-{key.hexdigest()[:16]}.json"
+    key = hashlib.sha256(json.dumps([sources, versions, max_text_chars, hour]).encode())
+    cached = cache_dir / f"feedback-suite-{key.hexdigest()[:16]}.json"
     try:
         return [Rule(**r) for r in json.loads(cached.read_text())]
     except (OSError, ValueError, TypeError):
@@ -202,6 +197,8 @@ def _compile(max_text_chars: int, hour: int) -> list[Rule]:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     import great_expectations as gx
     import sqlalchemy as sa
+
+    from .gx_duckdb import register_dialect
 
     register_dialect()
     now = datetime.fromtimestamp(hour * 3600, UTC) + timedelta(hours=1)
@@ -241,58 +238,6 @@ def label(expectation) -> str:
     elif expectation.expectation_type == "expect_column_values_to_match_regex":
         detail = {RFC3339: ", rfc3339", HAS_ZONE: ", zone"}.get(expectation.regex, ", non-blank")
     return f"{expectation.expectation_type}({expectation.column}{detail})"
-
-
-def register_dialect() -> None:
-    """`duckdb+rmi://`: duckdb-engine with two fixes GX needs (see DuckDBForGX)."""
-    from sqlalchemy.dialects import registry
-
-    registry.register("duckdb.rmi", __name__, "DuckDBForGX")
-
-
-def __getattr__(name: str):
-    # the dialect class subclasses duckdb-engine's: built on first use so that importing this module stays light
-    if name == "DuckDBForGX":
-        return _dialect_class()
-    raise AttributeError(name)
-
-
-@lru_cache(maxsize=1)
-def _dialect_class():
-    from duckdb_engine import Dialect
-    from sqlalchemy.dialects import postgresql
-    from sqlalchemy.engine import cursor
-
-    class BufferedResults(Dialect.execution_ctx_cls):
-        """GX fetches a result after its connection went back to the pool, whose rollback empties a DuckDB
-        cursor: every expectation failed with 'list index out of range' (great_expectations issue #11579)."""
-
-        def post_exec(self):
-            super().post_exec()
-            if self.cursor.description is not None:
-                self.cursor_fetch_strategy = cursor.FullyBufferedCursorFetchStrategy(self.cursor,
-                                                                                     self.cursor.description)
-
-    class RegexAsDuckDB(Dialect.statement_compiler):
-        """GX writes Postgres regex operators (`~`, `!~`); DuckDB's are functions."""
-
-        def visit_custom_op_binary(self, element, operator, **kw):
-            if operator.opstring in ("~", "!~"):
-                match = f"regexp_matches({self.process(element.left, **kw)}, {self.process(element.right, **kw)})"
-                return match if operator.opstring == "~" else f"NOT {match}"
-            return super().visit_custom_op_binary(element, operator, **kw)
-
-    class DuckDBForGX(Dialect):
-        execution_ctx_cls = BufferedResults
-        statement_compiler = RegexAsDuckDB
-        supports_statement_cache = False
-
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            # GX picks a regex operator by asking whether `dialect.dialect` is Postgres (duckdb-engine's base)
-            self.dialect = postgresql.dialect
-
-    return DuckDBForGX
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Feedback event schema v1: read a batch file into rows, and judge them with the expectation suite.
+"""Read a feedback batch file into rows, and judge them with the expectation suite.
 
 Feedback text is untrusted data: it is parsed as JSON (or read from Parquet) and never executed. This module only
 does what must happen before a row exists (gzip, UTF-8, JSON per line, Parquet, fields into typed columns, meta
@@ -16,17 +16,14 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
-from .expectations import SCHEMA_VERSION, STAGING, TEXT_FIELDS, TYPED
+from .fields import EVENT_COLUMNS, FIELDS, SCHEMA_VERSION, STAGING, TEXT_FIELDS, TYPED
 
-SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
-KNOWN = {"schema_version", "event_id", "ts", "user_id", "model_version", "prompt", "completion", "rating",
-         "correction", "comment", "source", "skill", "meta"}
+KNOWN = set(FIELDS)
 BOM = b"\xef\xbb\xbf"  # editors on Windows start files with it; it is not part of the first row
 SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # a JSON escape that may leave a lone surrogate no database takes
 CHUNK = 100_000  # JSON rows turned into columns at a time: a million parsed dicts at once would take gigabytes
-__all__ = ["SCHEMA_VERSION", "ParsedBatch", "Rows", "event_frame", "is_batch_file", "parse_batch", "read_rows",
-           "validate"]
 
 
 @dataclass
@@ -56,18 +53,17 @@ class ParsedBatch:
         return self.frame.height + len(self.quarantined) + self.duplicates
 
 
-def is_batch_file(name: str) -> bool:
-    return name.endswith(SUFFIXES) and not name.startswith(".")
+def parse_batch(name: str, data: bytes, batch_id: str | None, max_text_chars: int,
+                cache_dir: Path | None = None) -> ParsedBatch:
+    """Every non-blank line (or Parquet row) comes out once: as an event, a duplicate or quarantined.
 
-
-def parse_batch(name: str, data: bytes, batch_id: str, max_text_chars: int) -> ParsedBatch:
-    """Every non-blank line (or Parquet row) comes out once: as an event, a duplicate or quarantined."""
+    `cache_dir` keeps the suite's compiled rules between processes (see expectations.compiled_rules)."""
     from .expectations import check
 
     rows = read_rows(name, data)
     out = ParsedBatch(frame=event_frame([]), quarantined=list(rows.unparsed), unparsed=len(rows.unparsed))
     if rows.table.num_rows:
-        checked = check(rows.table, batch_id, max_text_chars)
+        checked = check(rows.table, batch_id, max_text_chars, cache_dir)
         out.frame, out.duplicates = checked.events, checked.duplicates
         out.quarantined += checked.quarantined
         out.failed_expectations, out.expectations_evaluated = checked.failed, checked.evaluated
@@ -305,8 +301,5 @@ def event_frame(events: list[dict]):
     """Events as a polars frame with the warehouse's column types (empty batches included)."""
     import polars as pl
 
-    text = pl.Utf8
-    schema = {"event_id": text, "schema_version": pl.Int64, "ts": pl.Datetime("us", "UTC"), "user_id": text,
-              "model_version": text, "prompt": text, "completion": text, "rating": text, "correction": text,
-              "comment": text, "source": text, "skill": text, "meta": text, "batch_id": text, "tier": pl.Int64}
-    return pl.DataFrame(events, schema=schema)
+    types = {"VARCHAR": pl.String, "JSON": pl.String, "INTEGER": pl.Int64, "TIMESTAMPTZ": pl.Datetime("us", "UTC")}
+    return pl.DataFrame(events, schema={name: types[kind] for name, kind in EVENT_COLUMNS.items()})

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .settings import Settings
+from ..settings import Settings
+from .home import prepare_home, say
 
 CELL = 40  # widest cell in a printed table; prompts and corrections can be long
 
@@ -34,10 +35,9 @@ def add_feedback_commands(subparsers) -> None:
 
 
 def cmd_ingest(args) -> int:
-    from . import layout
-    from .automation.sensors import can_be_partition
-    from .cli import ingest_new_batches, prepare_home, say
-    from .schema import SUFFIXES, is_batch_file, parse_batch
+    from ..assets.partitions import can_be_partition, feedback_batches
+    from ..resources import layout
+    from ..schema import SUFFIXES, is_batch_file, parse_batch
 
     settings = Settings()
     path, name = args.path, args.path.name
@@ -47,7 +47,7 @@ def cmd_ingest(args) -> int:
         raise ValueError(f"{name!r} is not a batch name: it must end in {' / '.join(SUFFIXES)}, not start with "
                          "'.', and hold no '...' or control characters")
     data = path.read_bytes()
-    parsed = parse_batch(name, data, name, settings.max_text_chars)
+    parsed = parse_batch(name, data, name, settings.max_text_chars, settings.cache_dir)
     say(f"{name}: {parsed.rows_in} rows, {parsed.frame.height} valid, {parsed.duplicates} repeated in the file, "
         f"{len(parsed.quarantined)} bad")
     for reason, count in _top_reasons(parsed.quarantined):
@@ -63,28 +63,28 @@ def cmd_ingest(args) -> int:
     prepare_home(settings)
     from dagster import DagsterInstance
 
-    from .definitions import build_definitions
+    from ..automation.in_process import ingest_new_batches
+    from ..definitions import build_definitions
 
     defs = build_definitions(settings)
     instance = DagsterInstance.get()
     storage = defs.resources["storage"]
-    key = f"{layout.INCOMING}/{name}"
-    if name in instance.get_dynamic_partitions("feedback_batch") or storage.exists(key):
+    key = layout.incoming(name)
+    if name in instance.get_dynamic_partitions(feedback_batches.name) or storage.exists(key):
         raise ValueError(f"a batch named {name} has already landed; give new feedback a new file name")
     storage.write_bytes(key, data)
     totals = ingest_new_batches(defs, instance)
     say(f"landed {storage.uri(key)}; ingested {totals['batches']} batch(es): {totals['rows_in']} rows in, "
         f"{totals['ingested']} new events, {totals['duplicates']} duplicates, {totals['quarantined']} quarantined")
     if totals["quarantined"]:
-        say(f"quarantined rows and their reasons: {storage.uri(f'{layout.QUARANTINE}/{name}.quarantine.jsonl')}")
+        say(f"quarantined rows and their reasons: {storage.uri(layout.quarantine(name))}")
     if totals["failed"]:
         say(f"{totals['failed']} ingest run(s) failed; `rmi ui` shows why")
     return 1 if totals["failed"] else 0
 
 
 def cmd_stats(args) -> int:
-    from .cli import say
-    from .resources import build_resources
+    from ..resources import build_resources
 
     settings = Settings()
     warehouse = build_resources(settings)["warehouse"]

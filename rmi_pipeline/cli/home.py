@@ -1,0 +1,41 @@
+"""RMI_HOME: the folder that holds the loop's state, with Dagster's instance inside it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from ..settings import Settings
+
+REPO_ROOT = Path(__file__).resolve().parents[2]  # a checkout's root, where dagster.yaml and workspace.yaml are
+STATE = ("store", "dagster", "mlartifacts", "mlflow.db", "warehouse.duckdb", "learning_curve.png",
+         "run_summary.json")
+
+
+def prepare_home(settings: Settings, fresh: bool = False) -> Path:
+    """RMI_HOME with Dagster's instance inside it; `fresh` removes only what the loop itself wrote."""
+    home = settings.resolved_home
+    template = REPO_ROOT / "dagster.yaml"
+    if settings.dagster_yaml is not None:  # e.g. deploy/dagster.yaml: its env vars stay env vars, read by Dagster
+        template = settings.dagster_yaml.expanduser()
+        if not template.is_file():
+            raise FileNotFoundError(f"RMI_DAGSTER_YAML={template} is not a file")
+    if fresh:
+        for name in STATE:
+            target = home / name
+            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+    settings.dagster_home.mkdir(parents=True, exist_ok=True)
+    config = settings.dagster_home / "dagster.yaml"
+    if template.exists():
+        shutil.copyfile(template, config)
+    elif not config.exists():
+        config.write_text("telemetry:\n  enabled: false\n")
+    os.environ["RMI_HOME"] = str(home)  # runs and `dagster dev` children see the same settings
+    os.environ["DAGSTER_HOME"] = str(settings.dagster_home)
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    return home
+
+
+def say(message: str) -> None:
+    print(message, flush=True)

@@ -1,0 +1,99 @@
+"""Where things live: every key in the object store (relative to RMI_STORAGE_URL) and in the sealed eval store
+(relative to RMI_EVAL_URL), each defined once. Assets, the CLI, the world, the benches and the tests use these."""
+
+# feedback: a batch file lands in incoming/, its valid events and its quarantine are written beside it
+INCOMING = "feedback/incoming"
+VALIDATED = "feedback/validated"
+QUARANTINE = "feedback/quarantine"
+
+
+def incoming(batch: str) -> str:
+    return f"{INCOMING}/{batch}"
+
+
+def validated(batch: str) -> str:
+    """The batch's valid events, Parquet, with the warehouse's columns."""
+    return f"{VALIDATED}/{batch}.parquet"
+
+
+def validated_summary(batch: str) -> str:
+    """The batch's counts (rows in, valid, quarantined, repeated in the batch), which landing checks add up."""
+    return f"{VALIDATED}/{batch}.summary.json"
+
+
+def quarantine(batch: str) -> str:
+    """The batch's bad rows, one JSON object a line: row number, reason, the raw input."""
+    return f"{QUARANTINE}/{batch}.quarantine.jsonl"
+
+
+# what training may see of the evals: hashes, counts, the canary
+EVAL_MANIFEST = "evals/manifest.json"
+
+# the sealed eval store, which only evaluation assets open
+ANCHOR = "anchor/suite.json"  # curated once, frozen: comparable across all cycles
+REFRESHED = "refreshed"  # a fresh set each cycle: no model can have seen it
+MINED = "mined"  # hard cases from feedback, held out by hash
+
+
+def refreshed(version: str) -> str:
+    return f"{REFRESHED}/{version}.json"
+
+
+def mined(version: str) -> str:
+    return f"{MINED}/{version}.json"
+
+
+# training data: versioned datasets, and the rows each champion made for its successor
+DATASETS = "datasets"
+DATASET_LATEST = f"{DATASETS}/latest.json"  # {"version": the newest dataset}
+PRACTICE = "practice"
+PRACTICE_LATEST = f"{PRACTICE}/latest.json"  # {"champion_version", "rows": the key of its practice rows}
+
+
+def dataset(version: str) -> str:
+    """The folder of one dataset version (its rows and its manifest)."""
+    return f"{DATASETS}/{version}"
+
+
+def dataset_rows(version: str) -> str:
+    return f"{dataset(version)}/train.parquet"
+
+
+def dataset_manifest(version: str) -> str:
+    """Rows per source, the feedback batches in it, the eval suite it was checked against."""
+    return f"{dataset(version)}/manifest.json"
+
+
+def practice_rows(champion_version: str, events: int) -> str:
+    """What a champion made when the warehouse held `events` events."""
+    return f"{PRACTICE}/v{champion_version}-{events}.parquet"
+
+
+def practice_failed(champion_version: str) -> str:
+    """The prompts a champion's coach saw it fail."""
+    return f"{PRACTICE}/v{champion_version}-failed.json"
+
+
+# checkpoints where a training program can read and write them (it never talks to MLflow)
+CANDIDATE_CHECKPOINTS = "checkpoints/candidates"
+CHAMPION_CHECKPOINTS = "checkpoints/champions"
+
+
+def candidate_checkpoint(dagster_run_id: str) -> str:
+    return f"{CANDIDATE_CHECKPOINTS}/{dagster_run_id}.pt"
+
+
+def champion_checkpoint(version: str) -> str:
+    return f"{CHAMPION_CHECKPOINTS}/v{version}.pt"
+
+
+# judgements: the gate's report on a challenger, and each champion's health baseline
+EVALUATIONS = "evaluations"
+
+
+def evaluation(version: str) -> str:
+    return f"{EVALUATIONS}/v{version}.json"
+
+
+def health_baseline(version: str) -> str:
+    return f"health/baseline-v{version}.json"
