@@ -38,6 +38,7 @@ def main() -> None:
     from rmi_pipeline.cli.home import prepare_home
     from rmi_pipeline.cli.main import main as rmi
     from rmi_pipeline.definitions import build_definitions
+    from rmi_pipeline.recipes.base import slice_name
     from rmi_pipeline.settings import Settings
     from rmi_pipeline.world import World
     from rmi_pipeline.world.live import choose_drift
@@ -54,7 +55,7 @@ def main() -> None:
     instance = DagsterInstance.get()
     world = World(settings)
     cycle = args.warmup_cycles
-    usual = [f"{s}/{t}" for s in world.recipe.skills for t in usual_tiers(world.recipe, cycle) if t > 1]
+    usual = [slice_name(s, t) for s in world.recipe.skills for t in usual_tiers(world.recipe, cycle) if t > 1]
 
     def health(trigger: str) -> dict:
         result = defs.resolve_job_def("health_check").execute_in_process(
@@ -93,7 +94,7 @@ def main() -> None:
         if drift:
             row |= {"drift_eval": h.get(f"eval {drift.slice}"),
                     "drift_thumbs_down": h.get(f"thumbs_down {drift.slice}")}
-            if flagged is None and drift.slice in h["regressed_slices"].split(", "):
+            if flagged is None and drift.slice in h["regressed_slices"]:
                 flagged = row
         batches.append(row)
         print(f"[batch {n + 1}] {json.dumps(row)}", flush=True)

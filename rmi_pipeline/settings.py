@@ -6,6 +6,7 @@ sqlite store all live under RMI_HOME.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import Field, field_validator
@@ -16,6 +17,58 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 DEFAULT_MIX = {"feedback": 0.25, "corrections": 0.15, "replay": 0.3, "practice": 0.0, "rl": 0.0,
                "hint_distill": 0.0, "self_label": 0.0}
 SOURCES = tuple(DEFAULT_MIX)
+
+
+# The settings a stage needs, in small typed groups: a stage function takes its group, not the whole object.
+@dataclass(frozen=True)
+class Gate:
+    min_gain: float
+    slice_tolerance: float
+    confidence: float
+    resamples: int
+    leak_gap: float
+    first_floor: float
+
+
+@dataclass(frozen=True)
+class Practice:
+    problems: int  # per skill, over the tiers practised
+    tiers: int
+    saturation: float
+    failed_prompts: int
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampled answers: RL's groups, practice's attempts, the coach's unhinted retry."""
+
+    samples: int
+    temperature: float
+
+
+@dataclass(frozen=True)
+class SelfLabelling:
+    problems: int  # per skill and tier labelled
+    votes: int
+    temperature: float
+    saturation: float
+    tiers: int
+
+
+@dataclass(frozen=True)
+class Health:
+    tolerance: float
+    window_events: int
+
+
+@dataclass(frozen=True)
+class Regression:
+    """A regression-triggered cycle: how many per champion, how far apart, and how it aims at the slices."""
+
+    budget: int
+    backoff_seconds: float
+    focus_weight: float
+    steps_multiplier: float
 
 
 class Settings(BaseSettings):
@@ -112,6 +165,10 @@ class Settings(BaseSettings):
     regression_budget: int = Field(default=3, description="Regression-triggered cycles per champion before a "
                                    "person is alerted instead.")
     regression_backoff_seconds: float = Field(default=300.0, description="Wait before the 2nd attempt; doubles.")
+    regression_focus_weight: float = Field(default=4.0, description="How much more a regressed slice's training "
+                                           "rows weigh in a regression-triggered cycle.")
+    regression_steps_multiplier: float = Field(default=2.0, description="Training steps of a regression-triggered "
+                                               "cycle, as a multiple of RMI_TRAIN_STEPS.")
 
     # the simulated world (used by `rmi run` and `rmi simulate`, never by the pipeline)
     sim_queries_per_cycle: int = Field(default=6000, description="Questions users ask per cycle.")
@@ -146,6 +203,33 @@ class Settings(BaseSettings):
         devices = int(self.devices) if self.devices.isdigit() else self.devices
         return {"accelerator": self.accelerator, "devices": devices, "strategy": self.strategy,
                 "precision": precision, "num_nodes": self.num_nodes}
+
+    @property
+    def gate(self) -> Gate:
+        return Gate(self.gate_min_gain, self.gate_slice_tolerance, self.gate_confidence, self.gate_resamples,
+                    self.gate_leak_gap, self.gate_first_floor)
+
+    @property
+    def practice(self) -> Practice:
+        return Practice(self.practice_problems, self.practice_tiers, self.saturation, self.failed_prompts)
+
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(self.rollout_samples, self.sample_temperature)
+
+    @property
+    def self_labelling(self) -> SelfLabelling:
+        return SelfLabelling(self.self_label_problems, self.self_label_votes, self.sample_temperature,
+                             self.saturation, self.practice_tiers)
+
+    @property
+    def health(self) -> Health:
+        return Health(self.health_tolerance, self.health_window_events)
+
+    @property
+    def regression(self) -> Regression:
+        return Regression(self.regression_budget, self.regression_backoff_seconds, self.regression_focus_weight,
+                          self.regression_steps_multiplier)
 
     @property
     def resolved_home(self) -> Path:

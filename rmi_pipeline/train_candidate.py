@@ -67,7 +67,7 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
 
     from .ml.rl import first_mistake
     from .ml.train import fit
-    from .recipes.base import load_recipe
+    from .recipes.base import load_recipe, slice_name
     from .settings import Settings
 
     recipe = load_recipe(extras["recipe"])
@@ -87,16 +87,13 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
         mask[at] = cut
     focus = set(extras.get("focus") or [])
     if focus:  # a regression cycle: weight the regressed slices up
-        in_focus = torch.tensor([f"{s}/{t}" in focus for s, t in zip(data["skill"], data["tier"], strict=True)])
+        in_focus = torch.tensor([slice_name(s, t) in focus for s, t in zip(data["skill"], data["tier"], strict=True)])
         weights = torch.where(in_focus, weights * extras["focus_weight"], weights)
 
     steps, seed = int(extras["steps"]), int(extras["seed"])
     torch.manual_seed(seed)  # the same dataset and seed give the same candidate
     if extras.get("warm_start_uri"):  # the champion's architecture and weights, a fresh optimizer
-        checkpoint = torch.load(io.BytesIO(_read(extras["warm_start_uri"], storage)), map_location="cpu",
-                                weights_only=True)  # never unpickle code
-        module = recipe.build_model(extras["learning_rate"], steps, config=checkpoint["config"])
-        module.load_state_dict(checkpoint["state_dict"])
+        module = recipe.load_checkpoint(_read(extras["warm_start_uri"], storage), extras["learning_rate"], steps)
     else:
         module = recipe.build_model(extras["learning_rate"], steps, size=extras["model_size"])
     trainer = Settings(**extras["trainer"]).trainer_options()  # resolved here: "auto" means this machine's GPU
@@ -110,9 +107,7 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
                  report=report if pipes is not None else None, scales=scales, sources=sources)
     if not result.is_global_zero:
         return None
-    buffer = io.BytesIO()
-    torch.save({"config": dict(module.hparams["config"]), "state_dict": module.state_dict()}, buffer)
-    _write(extras["checkpoint_uri"], buffer.getvalue(), storage)
+    _write(extras["checkpoint_uri"], recipe.checkpoint(module), storage)
     return {
         "final_loss": result.final_loss, "steps_done": result.steps, "train_seconds": result.seconds,
         "steps_per_second": result.steps / max(result.seconds, 1e-9), "stopped_by_time": result.stopped_by_time,

@@ -1,5 +1,7 @@
 """The loop turns by itself: enough new feedback starts a cycle, failures and promotions reach a person once."""
 
+import json
+
 import pytest
 from dagster import (
     DagsterEventType,
@@ -63,9 +65,8 @@ def test_a_failed_blocking_check_alerts_a_person_once(receiver, rmi_env):
     assert text.startswith("[rmi failure]") and "blocking asset check failed" in text and result.run_id[:8] in text
 
 
-def test_enough_new_feedback_starts_one_cycle_and_a_dataset_resets_the_count(rmi_env, monkeypatch):
-    monkeypatch.setenv("RMI_CYCLE_MIN_NEW_EVENTS", "30")
-    resources = build_resources(rmi_env)
+def test_enough_new_feedback_starts_one_cycle_and_a_dataset_resets_the_count(rmi_env):
+    resources = build_resources(rmi_env.model_copy(update={"cycle_min_new_events": 30}))
     curate_eval_suite(resources["eval_store"], ArithmeticRecipe(), 20, seed=0)
     with instance_for_test() as instance:
         def land(name: str, first: int, n: int):
@@ -75,7 +76,8 @@ def test_enough_new_feedback_starts_one_cycle_and_a_dataset_resets_the_count(rmi
             assert materialize(FEEDBACK, partition_key=name, instance=instance, resources=resources).success
 
         def tick():
-            return enough_feedback_sensor(build_sensor_context(instance=instance))
+            return enough_feedback_sensor(build_sensor_context(instance=instance,
+                                                               resources={"settings": resources["settings"]}))
 
         land("a.jsonl", 0, 20)
         assert "20 new feedback events" in tick().skip_message
@@ -113,9 +115,9 @@ def test_under_the_daemon_feedback_becomes_a_champion_and_a_drift_starts_a_targe
         def materializations(asset: str) -> list:
             data = ui(f'{{ assetOrError(assetKey: {{path: ["{asset}"]}}) {{ ... on Asset {{ assetMaterializations('
                       'limit: 5) { runId metadataEntries { label ... on BoolMetadataEntry { boolValue } '
-                      '... on TextMetadataEntry { text } } } } } }')
-            return [{"runId": m["runId"], **{e["label"]: e.get("boolValue", e.get("text"))
-                                             for e in m["metadataEntries"]}}
+                      '... on TextMetadataEntry { text } ... on JsonMetadataEntry { jsonString } } } } } }')
+            value = lambda e: json.loads(e["jsonString"]) if "jsonString" in e else e.get("boolValue", e.get("text"))  # noqa: E731
+            return [{"runId": m["runId"], **{e["label"]: value(e) for e in m["metadataEntries"]}}
                     for m in (data["assetOrError"] or {}).get("assetMaterializations") or []]
 
         def health_of_v1() -> dict | None:
@@ -138,7 +140,8 @@ def test_under_the_daemon_feedback_becomes_a_champion_and_a_drift_starts_a_targe
     ingest = [r for r in runs if r["jobName"] == "ingest_feedback"]
     assert len(ingest) == 2 and {r["status"] for r in ingest} == {"SUCCESS"}  # landed.jsonl, drifted.jsonl
     assert str(resources["registry"].version("champion").version) == "1"
-    assert flagged["regressed"] is True and flagged["regressed_slices"] == "sub/5" and flagged["new_slices"] == "sub/5"
+    assert flagged["regressed"] is True and flagged["regressed_slices"] == ["sub/5"]
+    assert flagged["new_slices"] == "sub/5"
     assert len(targeted) == 1 and targeted[0]["jobName"] == "improvement_cycle"
     tags = {t["key"]: t["value"] for t in targeted[0]["tags"]}
     assert {k: tags.get(k) for k in ("rmi/trigger", "rmi/champion", "rmi/focus", "rmi/attempt")} == {

@@ -107,7 +107,8 @@ def test_text_overlap_is_found_by_13_gram_hashes():
 def test_what_earlier_champions_made_is_replayed_but_not_their_rl_samples(rmi_env):
     import polars as pl
 
-    from rmi_pipeline.assets.dataset import EARLIER_PRACTICE, _practice_rows
+    from rmi_pipeline.assets.dataset import _practice_rows
+    from rmi_pipeline.ml.mix import EARLIER_PRACTICE
 
     storage = build_resources(rmi_env)["storage"]
 

@@ -7,8 +7,6 @@ DDP run in a fresh home, and both candidates answer the loop's sealed anchor pro
 can contain.
 """
 
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -55,10 +53,8 @@ def test_two_processes_train_a_cycle_as_well_as_one_and_only_rank_zero_registers
         monkeypatch.setenv(key, str(value))
     settings = Settings()
     here = build_resources(settings)
-    with tempfile.TemporaryDirectory() as tmp:  # the loop's first champion becomes this home's champion
-        _, file = loop["registry"].download_checkpoint("1", tmp)
-        with here["registry"].run("loop champion v1", tags={}) as run_id:
-            here["registry"].register_checkpoint(run_id, Path(file), tags={})
+    with here["registry"].run("loop champion v1", tags={}) as run_id:  # the loop's first champion, this home's
+        here["registry"].register_checkpoint(run_id, loop["registry"].checkpoint("1")[1], tags={})
     here["registry"].promote("1", tags={})
     dataset = one.tags["dataset_version"]
     for key in (layout.dataset_rows(dataset), layout.dataset_manifest(dataset)):

@@ -1,31 +1,46 @@
 """The Dagster definitions: they load fast, and the graph is the loop of DESIGN.md."""
 
+import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 from rmi_pipeline.definitions import defs
 
-GRAPH = {  # asset -> its upstream assets; a change to the loop's shape shows up here as a diff
-    "feedback_batch": set(),
-    "feedback_events": {"feedback_batch"},
-    "eval_suite": {"feedback_events"},
-    "practice": {"feedback_events", "eval_suite"},
-    "training_dataset": {"feedback_events", "eval_suite", "practice"},
-    "candidate_model": {"training_dataset"},
-    "candidate_evaluation": {"candidate_model", "eval_suite"},
-    "champion": {"candidate_evaluation"},
-    "champion_health": {"eval_suite"},
-}
+SNAPSHOT = Path(__file__).parent / "snapshots" / "asset_specs.json"
 
 
-def test_the_asset_graph_is_the_loop():
+def asset_specs() -> dict:
+    """Every asset as the UI shows it: upstream assets, group, kinds, checks, partitioning and description."""
     graph = defs.resolve_asset_graph()
-    got = {key.to_user_string(): {p.to_user_string() for p in graph.get(key).parent_keys}
-           for key in graph.get_all_asset_keys()}
-    assert got == GRAPH
-    checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
-    assert checks == {("feedback_batch", "rows_valid"), ("training_dataset", "no_eval_overlap"),
-                      ("training_dataset", "no_canary"), ("candidate_evaluation", "eval_headroom")}
+    checks = {(spec.asset_key, spec.name): spec.description for a in defs.assets for spec in a.check_specs}
+    return {key.to_user_string(): {
+        "deps": sorted(p.to_user_string() for p in node.parent_keys),
+        "group": node.group_name,
+        "kinds": sorted(node.kinds),
+        "partitioned_by": node.partitions_def.name if node.partitions_def else None,
+        "checks": {c.name: checks[(key, c.name)] for c in sorted(node.check_keys, key=lambda c: c.name)},
+        "description": node.description,
+    } for key, node in sorted((k, graph.get(k)) for k in graph.get_all_asset_keys())}
+
+
+def test_the_asset_graph_is_the_loop_and_a_change_to_it_is_a_visible_diff():
+    """The graph of DESIGN.md, snapshotted: RMI_UPDATE_SNAPSHOTS=1 rewrites tests/snapshots/asset_specs.json after an
+    intended change, and the diff of that file is the review."""
+    specs = asset_specs()
+    if os.environ.get("RMI_UPDATE_SNAPSHOTS"):
+        SNAPSHOT.parent.mkdir(exist_ok=True)
+        SNAPSHOT.write_text(json.dumps(specs, indent=1) + "\n")
+    assert specs == json.loads(SNAPSHOT.read_text())
+
+
+def test_every_asset_check_job_sensor_and_schedule_explains_itself_in_the_ui():
+    specs = asset_specs()
+    assert all(s["description"] and len(s["description"]) > 40 for s in specs.values()), specs
+    assert all(text for s in specs.values() for text in s["checks"].values())
+    for definition in [*defs.jobs, *defs.sensors, *defs.schedules]:
+        assert definition.description and len(definition.description) > 40, definition.name
 
 
 def test_only_evaluation_assets_hold_the_sealed_eval_store():

@@ -47,10 +47,9 @@ FAILED = {  # expectation -> rows failing it, as the UI shows them on the rows_v
 
 
 @pytest.fixture
-def intake(rmi_env, monkeypatch):
-    monkeypatch.setenv("RMI_MAX_BAD_SHARE", "0.9")
+def intake(rmi_env):
     with instance_for_test() as instance:
-        yield Intake(build_resources(rmi_env), instance)
+        yield Intake(build_resources(rmi_env.model_copy(update={"max_bad_share": 0.9})), instance)
 
 
 def test_each_failed_expectation_is_counted_on_the_check_and_bad_rows_wait_in_quarantine(intake):
@@ -80,8 +79,8 @@ def test_each_failed_expectation_is_counted_on_the_check_and_bad_rows_wait_in_qu
     assert intake.warehouse_count() == 2
 
 
-def test_a_batch_over_the_bad_share_fails_its_check_with_the_counts_and_the_next_batch_lands(intake, monkeypatch):
-    monkeypatch.setenv("RMI_MAX_BAD_SHARE", "0.5")
+def test_a_batch_over_the_bad_share_fails_its_check_with_the_counts_and_the_next_batch_lands(intake):
+    intake.resources["settings"] = intake.resources["settings"].model_copy(update={"max_bad_share": 0.5})
     intake.land("broken.jsonl", "\n".join([event(1), event(2, rating="meh"), event(3, rating="meh")]).encode())
     intake.land("fine.jsonl", event(4).encode())
     intake.tick()

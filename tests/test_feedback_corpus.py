@@ -87,10 +87,9 @@ IGNORED = ["notes.txt", "batch.json", "batch.JSONL", "batch.csv", "batch.jsonl.t
 
 
 @pytest.fixture
-def intake(rmi_env, monkeypatch):
-    monkeypatch.setenv("RMI_MAX_BAD_SHARE", "0.99")  # row-level quarantine shows each reason
-    with instance_for_test() as instance:
-        yield Intake(build_resources(rmi_env), instance)
+def intake(rmi_env):
+    with instance_for_test() as instance:  # row-level quarantine shows each reason
+        yield Intake(build_resources(rmi_env.model_copy(update={"max_bad_share": 0.99})), instance)
 
 
 def test_every_bad_input_is_accounted_for_and_nothing_crashes(intake):

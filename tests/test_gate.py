@@ -1,11 +1,17 @@
 """The promotion gate on fixed per-item tables and in seeded trials: what gets promoted, and why."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from rmi_pipeline.ml.gate import Paired, decide, markdown
+from rmi_pipeline.recipes.base import slice_name
+from rmi_pipeline.settings import Settings
 
-SLICES = [f"{skill}/{tier}" for skill in ("add", "sub") for tier in range(2, 9)]
+GATE = Settings.model_construct().gate  # the loop's defaults, whatever the environment says
+
+SLICES = [slice_name(skill, tier) for skill in ("add", "sub") for tier in range(2, 9)]
 
 
 def items(score: float, n: int = 100, offset: int = 0) -> np.ndarray:
@@ -20,54 +26,54 @@ def table(challenger: dict, champion: dict | None, n: int = 100) -> dict[str, Pa
 
 
 def test_better_everywhere_is_promoted_with_an_interval_above_zero():
-    d = decide(table({s: 0.7 for s in SLICES}, {s: 0.5 for s in SLICES}), set(SLICES))
+    d = decide(table({s: 0.7 for s in SLICES}, {s: 0.5 for s in SLICES}), set(SLICES), GATE)
     assert d.promote and d.gain == pytest.approx(0.2) and d.gain_low > 0.1
     assert "Promoted" in d.reason and "| add/2 | 100 | yes | 0.70 | 0.50 | +0.20 |" in markdown(d)
 
 
 def test_one_slice_regressing_past_its_tolerance_blocks_promotion():
     better = {s: 0.8 for s in SLICES} | {"sub/5": 0.3}
-    d = decide(table(better, {s: 0.5 for s in SLICES}), set(SLICES))
+    d = decide(table(better, {s: 0.5 for s in SLICES}), set(SLICES), GATE)
     assert not d.promote and "slice sub/5 falls -0.200" in d.reason
     assert [r.name for r in d.slices if r.regressed] == ["sub/5"]
 
 
 def test_a_small_drop_within_noise_does_not_block():
     better = {s: 0.8 for s in SLICES} | {"sub/5": 0.47}
-    assert decide(table(better, {s: 0.5 for s in SLICES}), set(SLICES)).promote
+    assert decide(table(better, {s: 0.5 for s in SLICES}), set(SLICES), GATE).promote
 
 
 def test_a_tiny_eval_set_with_noise_is_not_significant():
-    d = decide(table({s: 0.6 for s in SLICES}, {s: 0.5 for s in SLICES}, n=5), set(SLICES[:2]))
+    d = decide(table({s: 0.6 for s in SLICES}, {s: 0.5 for s in SLICES}, n=5), set(SLICES[:2]), GATE)
     assert not d.promote and "not significantly above" in d.reason and d.gain_low <= 0
 
 
 def test_slices_not_counted_do_not_make_the_gain_but_are_guarded():
     slices = table({s: 0.7 for s in SLICES}, {s: 0.5 for s in SLICES})
     slices["mined/add"] = Paired(items(0.9), items(0.1))
-    d = decide(slices, set(SLICES))
+    d = decide(slices, set(SLICES), GATE)
     assert d.gain == pytest.approx(0.2)
     slices["mined/add"] = Paired(items(0.1), items(0.9))
-    assert "mined/add falls" in decide(slices, set(SLICES)).reason
+    assert "mined/add falls" in decide(slices, set(SLICES), GATE).reason
 
 
 def test_a_public_gain_the_private_set_does_not_share_is_blocked_as_a_leak():
     slices = table({s: 0.56 for s in SLICES}, {s: 0.5 for s in SLICES})
     public = Paired(items(0.95), items(0.5))
     private = Paired(items(0.56, 1400), items(0.5, 1400))
-    d = decide(slices, set(SLICES), leak_pairs={"public": (public, private)})
+    d = decide(slices, set(SLICES), GATE, leak_pairs={"public": (public, private)})
     assert not d.promote and "likely leak: public gains +0.390" in d.reason
 
 
 def test_the_first_model_needs_the_floor_under_its_interval():
-    assert decide(table({s: 0.3 for s in SLICES}, None), set(SLICES)).promote
-    first = decide(table({s: 0.02 for s in SLICES}, None), set(SLICES))
+    assert decide(table({s: 0.3 for s in SLICES}, None), set(SLICES), GATE).promote
+    first = decide(table({s: 0.02 for s in SLICES}, None), set(SLICES), GATE)
     assert not first.promote and "below the floor" in first.reason and "No champion yet" in first.reason
 
 
 def test_no_private_slice_is_an_error():
     with pytest.raises(ValueError, match="no private slice"):
-        decide(table({}, None), set())
+        decide(table({}, None), set(), GATE)
 
 
 def trial_rates(worse_slice_by: float, trials: int = 400) -> float:
@@ -80,7 +86,7 @@ def trial_rates(worse_slice_by: float, trials: int = 400) -> float:
         for i, name in enumerate(SLICES):
             p_new = truth[i] - (worse_slice_by if i == 3 else 0.0)
             slices[name] = Paired((rng.random(100) < p_new).astype(float), (rng.random(100) < truth[i]).astype(float))
-        promoted += decide(slices, set(SLICES), resamples=1000, seed=t).promote
+        promoted += decide(slices, set(SLICES), replace(GATE, resamples=1000), seed=t).promote
     return promoted / trials
 
 

@@ -10,18 +10,21 @@ from rmi_pipeline.automation.sensors import regression_sensor
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.resources import build_resources
 from rmi_pipeline.resources.notifier import Notifier
+from rmi_pipeline.settings import Settings
 from rmi_pipeline.world.curators import curate_eval_suite
+
+R = ArithmeticRecipe()
 
 
 def test_a_rising_thumbs_down_rate_regresses_and_starts_targeted_cycles_until_the_budget(rmi_env, monkeypatch):
     monkeypatch.setenv("RMI_REGRESSION_BUDGET", "2")
     monkeypatch.setenv("RMI_REGRESSION_BACKOFF_SECONDS", "0")
-    resources = build_resources(rmi_env)
+    resources = build_resources(Settings())
     registry = resources["registry"]
     curate_eval_suite(resources["eval_store"], ArithmeticRecipe(), 20, seed=0)
     torch.manual_seed(0)
     with registry.run("serving", tags={}) as run_id:
-        version = registry.register(run_id, ArithmeticRecipe().build_model(0.0, 1), tags={}).version
+        version = registry.register_checkpoint(run_id, R.checkpoint(R.build_model(0.0, 1)), tags={}).version
     registry.promote(version, {"promoted_by": "test"})
     bodies: list = []
     server = serve_hook(bodies)
@@ -44,7 +47,8 @@ def test_a_rising_thumbs_down_rate_regresses_and_starts_targeted_cycles_until_th
                     .metadata.items()}
 
         def tick():
-            return regression_sensor(build_sensor_context(instance=instance, resources={"notifier": notifier}))
+            return regression_sensor(build_sensor_context(
+                instance=instance, resources={"notifier": notifier, "settings": resources["settings"]}))
 
         assert materialize([eval_suite], instance=instance, resources=resources).success
         land("calm.jsonl", "up", 0)
@@ -54,12 +58,12 @@ def test_a_rising_thumbs_down_rate_regresses_and_starts_targeted_cycles_until_th
 
         land("angry.jsonl", "down", 1000)
         second = health()
-        assert second["regressed"] is True and second["regressed_slices"] == "add/3"
+        assert second["regressed"] is True and second["regressed_slices"] == ["add/3"]
         assert second["thumbs_down add/3"] == 0.5
 
         request = tick()
-        assert request.run_config == {"ops": {"candidate_model": {"config": {"focus": ["add/3"],
-                                                                             "steps_multiplier": 2.0}}}}
+        assert request.run_config["ops"] == {"candidate_model": {"config": {"focus": ["add/3"], "focus_weight": 4.0,
+                                                                            "steps_multiplier": 2.0}}}
         assert request.tags["rmi/trigger"] == "regression" and request.tags["rmi/attempt"] == "1"
         for attempt in range(2):  # two targeted cycles ran (and their challengers failed the gate)
             instance.add_run(DagsterRun(job_name="improvement_cycle", status=DagsterRunStatus.SUCCESS,

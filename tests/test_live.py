@@ -14,8 +14,11 @@ import torch
 
 from rmi_pipeline.cli.main import main
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
+from rmi_pipeline.recipes.base import slice_name
 from rmi_pipeline.resources import build_resources, layout
 from rmi_pipeline.world.curators import curate_eval_suite
+
+R = ArithmeticRecipe()
 
 
 @pytest.fixture
@@ -28,7 +31,7 @@ def serving(rmi_env, monkeypatch):
     torch.manual_seed(0)
     registry = resources["registry"]
     with registry.run("serving", tags={}) as run_id:
-        version = registry.register(run_id, ArithmeticRecipe().build_model(0.0, 1), tags={}).version
+        version = registry.register_checkpoint(run_id, R.checkpoint(R.build_model(0.0, 1)), tags={}).version
     registry.promote(version, {"promoted_by": "test"})
     return resources
 
@@ -39,7 +42,7 @@ def landed(storage) -> dict[str, Counter]:
     for key in sorted(storage.list(layout.INCOMING)):
         lines = storage.read_bytes(key).decode().splitlines()
         prompts = [json.loads(line)["prompt"] for line in lines]
-        out[key.rsplit("/", 1)[-1]] = Counter("{}/{}".format(*recipe.slice_of(p)) for p in prompts)
+        out[key.rsplit("/", 1)[-1]] = Counter(slice_name(*recipe.slice_of(p)) for p in prompts)
     return out
 
 

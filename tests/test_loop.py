@@ -71,14 +71,16 @@ def test_each_source_of_the_training_mix_has_its_rows_and_loss_logged(loop):
 
 def register(loop, module, name: str) -> int:
     with loop["registry"].run(name, tags={}) as run_id:
-        return loop["registry"].register(run_id, module, tags={"dataset_version": "none"}).version
+        return loop["registry"].register_checkpoint(run_id, ArithmeticRecipe().checkpoint(module),
+                                                   tags={"dataset_version": "none"}).version
 
 
 def evaluate_challenger(loop) -> tuple[bool, dict]:
     """Run candidate_evaluation and champion on whatever is @challenger; (promoted?, the evaluation report)."""
     with instance_for_test() as instance:
         result = materialize([candidate_evaluation, champion], instance=instance,
-                             resources={k: loop[k] for k in ("storage", "eval_store", "registry", "notifier")})
+                             resources={k: loop[k] for k in ("settings", "storage", "eval_store", "registry",
+                                                             "notifier")})
     assert result.success
     promoted = any(e.asset_key.to_user_string() == "champion" for e in result.get_asset_materialization_events())
     version = loop["registry"].version("challenger").version
@@ -100,8 +102,7 @@ def test_a_challenger_trained_on_leaked_eval_items_is_caught(loop):
     """Someone trains on the private anchor items: the anchor score jumps, the fresh refreshed set's does not."""
     recipe, registry = ArithmeticRecipe(), loop["registry"]
     anchor = loop["eval_store"].read_json("anchor/suite.json")["items"]
-    leaked = recipe.build_model(learning_rate=3e-3, max_steps=1200)
-    leaked.load_state_dict(registry.load_weights("champion")[1]["state_dict"])
+    leaked = recipe.load_checkpoint(registry.checkpoint("champion")[1], learning_rate=3e-3, max_steps=1200)
     tokens, mask = recipe.encode([i["prompt"] for i in anchor], [i["answer"] for i in anchor])
     fit(leaked, tokens, mask, max_steps=1200, max_seconds=240)
     register(loop, leaked, "leaked")
@@ -169,7 +170,7 @@ def test_the_champion_practises_for_its_successor_with_every_source_on(loop, tmp
     resources = build_resources(Settings())
     with instance_for_test() as instance:
         result = materialize([practice], instance=instance,
-                             resources={k: resources[k] for k in ("storage", "warehouse", "registry")})
+                             resources={k: resources[k] for k in ("settings", "storage", "warehouse", "registry")})
     assert result.success
     meta = {k: v.value for k, v in result.asset_materializations_for_node("practice")[0].metadata.items()}
     latest = resources["storage"].read_json(layout.PRACTICE_LATEST)
@@ -188,11 +189,12 @@ def test_the_champion_practises_for_its_successor_with_every_source_on(loop, tmp
     # the gate turns a candidate down and nothing new arrives: the next turn practises on other problems
     registry = resources["registry"]
     with registry.run("turned-down", tags={}) as run_id:
-        registry.register(run_id, recipe.build_model(learning_rate=0.0, max_steps=1), tags={})
+        registry.register_checkpoint(run_id, recipe.checkpoint(recipe.build_model(0.0, 1)), tags={})
     monkeypatch.setenv("RMI_MIX", json.dumps({"practice": 0.1}))
     with instance_for_test() as instance:
         again = materialize([practice], instance=instance,
-                            resources={k: resources[k] for k in ("storage", "warehouse", "registry")})
+                            resources={"settings": Settings(), **{k: resources[k] for k in ("storage", "warehouse",
+                                                                                          "registry")}})
     retried = {k: v.value for k, v in again.asset_materializations_for_node("practice")[0].metadata.items()}
     assert retried["retry"] == meta["retry"] + 1 and retried["champion_version"] == meta["champion_version"]
     solved = resources["storage"].read_parquet(resources["storage"].read_json(layout.PRACTICE_LATEST)["rows"])

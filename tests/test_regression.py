@@ -14,6 +14,8 @@ from rmi_pipeline.resources import layout
 from rmi_pipeline.settings import Settings
 from rmi_pipeline.world.curators import curate_eval_suite
 
+R = ArithmeticRecipe()
+
 
 def test_with_no_improvement_possible_the_loop_stops_after_its_budget_and_alerts_once(rmi_env, monkeypatch):
     bodies: list = []
@@ -30,7 +32,7 @@ def test_with_no_improvement_possible_the_loop_stops_after_its_budget_and_alerts
     curate_eval_suite(resources["eval_store"], ArithmeticRecipe(), 10, seed=0)  # small: decoding is the cost here
     torch.manual_seed(0)
     with registry.run("serving", tags={}) as run_id:
-        first = registry.register(run_id, ArithmeticRecipe().build_model(0.0, 1), tags={}).version
+        first = registry.register_checkpoint(run_id, R.checkpoint(R.build_model(0.0, 1)), tags={}).version
     registry.promote(first, {"promoted_by": "test"})
 
     with instance_for_test() as instance:
@@ -47,7 +49,7 @@ def test_with_no_improvement_possible_the_loop_stops_after_its_budget_and_alerts
 
         def tick():
             return defs.resolve_sensor_def("regression_sensor")(
-                build_sensor_context(instance=instance, resources={"notifier": resources["notifier"]}))
+                build_sensor_context(instance=instance, resources={k: resources[k] for k in ("notifier", "settings")}))
 
         assert materialize([eval_suite], instance=instance, resources=resources).success  # as a first cycle would
         calm = land("calm.jsonl", [event(i, prompt=f"{100 + i}+{200 + i}=", completion=str(300 + 2 * i),
@@ -57,7 +59,7 @@ def test_with_no_improvement_possible_the_loop_stops_after_its_budget_and_alerts
         drifted = land("drifted.jsonl", [event(1000 + i, prompt=f"{50000 + i}-{10000 + i}=", completion="7",
                                                rating="down", correction="40000", skill="sub",
                                                model_version=str(first)) for i in range(40)])
-        assert drifted["regressed"] is True and drifted["regressed_slices"] == "sub/5"
+        assert drifted["regressed"] is True and drifted["regressed_slices"] == ["sub/5"]
         assert drifted["new_slices"] == "sub/5" and drifted["thumbs_down sub/5"] == 1.0
 
         attempts = []

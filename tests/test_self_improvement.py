@@ -9,8 +9,13 @@ from rmi_pipeline.ml.rl import coach, rollouts
 from rmi_pipeline.ml.self_label import self_label
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe, problems
 from rmi_pipeline.recipes.arithmetic import tokens as tok
+from rmi_pipeline.settings import Sampling, SelfLabelling
 
 R = ArithmeticRecipe()
+
+
+def labelling(problems: int) -> SelfLabelling:
+    return SelfLabelling(problems=problems, votes=4, temperature=1.0, saturation=0.9, tiers=1)
 
 
 class Scripted(torch.nn.Module):
@@ -46,7 +51,7 @@ def test_a_critique_without_a_usable_hint_gives_no_second_attempt():
 
 def test_rl_rewards_answers_against_their_group_and_drops_groups_that_all_score_alike():
     model = Scripted({0: {"7": 1.0, "8": 1.0}})  # a coin flip between 7 and 8
-    out = rollouts(R, model, ["3+5=", "0+0="], k=16, temperature=1.0, seed=1)
+    out = rollouts(R, model, ["3+5=", "0+0="], Sampling(samples=16, temperature=1.0), seed=1)
     assert out.informative_groups == 1 and {r["prompt"] for r in out.rows} == {"3+5="}  # 0+0 is never 7 or 8
     right = [r["scale"] for r in out.rows if r["target"] == "8"]
     wrong = [r["scale"] for r in out.rows if r["target"] == "7"]
@@ -70,7 +75,7 @@ def test_a_wrong_answer_is_pushed_down_only_at_its_first_mistake():
 
 def test_self_labels_come_from_the_first_unsure_tier_and_pass_the_length_filter():
     confident = Scripted({0: {"7": 30.0}})  # always "7": agrees with itself everywhere
-    out = self_label(R, confident, random.Random(0), per_tier=50, votes=4, temperature=1.0, saturation=0.9, seed=0)
+    out = self_label(R, confident, random.Random(0), labelling(problems=50), seed=0)
     # 1-digit sums may be 7; a 2-digit sum cannot have 1 digit, so the length filter rejects every label there
     assert out.agreement["add/1"] == 1.0 and out.agreement["add/2"] == 0.0
     assert out.tiers["add"] == 2 and not [r for r in out.rows if r["prompt"].count("+")]
@@ -112,8 +117,7 @@ def right(prompt):
 
 def test_a_self_label_is_kept_only_if_the_model_backs_it_up_by_working_back_from_it():
     def labels(recipe):
-        out = self_label(recipe, None, random.Random(0), per_tier=200, votes=4, temperature=1.0, saturation=0.9,
-                         seed=0)
+        out = self_label(recipe, None, random.Random(0), labelling(problems=200), seed=0)
         assert out.tiers == {"add": 2}  # the votes split on carries there; subtraction never leaves its sure range
         return {r["prompt"]: r["target"] for r in out.rows}
 

@@ -14,10 +14,11 @@ import hashlib
 import random
 from datetime import UTC, datetime
 
-from dagster import AssetCheckResult, AssetCheckSpec, AssetExecutionContext, MaterializeResult, asset
+from dagster import AssetCheckResult, AssetCheckSpec, AssetExecutionContext, MaterializeResult, ResourceParam, asset
 
+from ..ml.mix import EARLIER_PRACTICE, mix_sources, weigh
 from ..resources import layout
-from ..resources.registry import ModelRegistry
+from ..resources.registry import CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..resources.warehouse import Warehouse
 from ..settings import Settings
@@ -25,8 +26,6 @@ from .evals import eval_suite
 from .feedback import feedback_events
 from .practice import practice
 
-FEEDBACK_MIX = {"thumbs_up": "feedback", "correction": "corrections"}  # new feedback; learned before: replay
-EARLIER_PRACTICE = "earlier_practice"  # rows earlier champions made in `practice`: replayed
 CHECKS = [
     AssetCheckSpec("no_eval_overlap", asset="training_dataset", blocking=True,
                    description="No row's canonical prompt hash is an eval item's."),
@@ -36,15 +35,17 @@ CHECKS = [
 
 
 @asset(deps=[feedback_events, eval_suite, practice], group_name="training", kinds={"parquet"}, check_specs=CHECKS)
-def training_dataset(
-    context: AssetExecutionContext, storage: ObjectStore, warehouse: Warehouse, registry: ModelRegistry
-) -> MaterializeResult:
+def training_dataset(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
+                     warehouse: Warehouse, registry: ModelRegistry) -> MaterializeResult:
+    """A new dataset version (datasets/<version>/train.parquet and its manifest): the recipe's seed set, thumbs-up
+    answers and corrections from the warehouse and the champion's practice rows, each weighted by its source's
+    share in RMI_MIX; rows that touch the sealed evals are removed and counted. Blocking checks: no eval overlap,
+    no canary."""
     import polars as pl
 
     from ..ml.hygiene import is_mined_holdout, ngram_hashes
     from ..recipes.base import load_recipe
 
-    settings = Settings()
     recipe = load_recipe(settings.recipe)
     manifest = storage.read_json(layout.EVAL_MANIFEST)
     eval_hashes, canary = set(manifest["hashes"]), manifest["canary"]
@@ -56,7 +57,7 @@ def training_dataset(
         "NULL::VARCHAR AS reference "
         "FROM feedback_events WHERE correction IS NOT NULL OR rating = 'up' ORDER BY ts, event_id")
     seed = recipe.seed_tasks(random.Random(settings.seed))
-    champion = registry.version("champion")
+    champion = registry.version(CHAMPION)
     rows = pl.concat([
         pl.DataFrame({"prompt": [t.prompt for t in seed], "target": [t.answer for t in seed],
                       "batch_id": [None] * len(seed), "source": ["seed"] * len(seed), "scale": [1.0] * len(seed),
@@ -91,24 +92,11 @@ def training_dataset(
     trained = _batches_of(storage, champion.tags.get("dataset_version")) if champion else set()
     batches = sorted(b for b in rows["batch_id"].unique().to_list() if b is not None)
     new_batches = sorted(set(batches) - trained)  # feedback the champion has not learned from
-    is_new = rows["batch_id"].is_in(new_batches)
-    feedback_mix = (pl.when(is_new).then(pl.col("source").replace_strict(FEEDBACK_MIX, default=None))
-                    .otherwise(pl.lit("replay")))
-    replayed = pl.col("source").is_in(["seed", EARLIER_PRACTICE])
-    rows = rows.with_columns(mix=pl.when(pl.col("source").is_in(list(FEEDBACK_MIX))).then(feedback_mix)
-                             .when(replayed).then(pl.lit("replay")).otherwise(pl.col("source")))
-    n_new = int(is_new.sum())
-    rows = rows.filter(pl.col("mix").replace_strict(settings.mix, default=0.0) > 0)
-    sizes = dict(rows.group_by("mix").len().iter_rows())
-    if not sizes:
-        raise ValueError(f"the training mix {settings.mix} leaves no rows: give replay or feedback a share")
-    total = sum(settings.mix[m] for m in sizes)
-    rows = rows.with_columns(weight=pl.col("mix").replace_strict(
-        {m: settings.mix[m] / total / n for m, n in sizes.items()}, return_dtype=pl.Float64))
+    n_new = int(rows["batch_id"].is_in(new_batches).sum())
+    rows, by_source = weigh(mix_sources(rows, new_batches), settings.mix)  # rows per source of the training mix
 
     digest = hashlib.sha256(rows.select("prompt", "target").write_csv().encode()).hexdigest()[:8]
     version = f"ds-{datetime.now(UTC):%Y%m%dT%H%M%S}-{digest}"
-    by_source = {m: sizes[m] for m in settings.mix if m in sizes}  # rows per source of the training mix
     uri = storage.write_parquet(layout.dataset_rows(version), rows)
     storage.write_json(layout.dataset_manifest(version), {
         "version": version, "rows": len(rows), "by_source": by_source, "batches": batches,

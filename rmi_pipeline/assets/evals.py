@@ -8,8 +8,9 @@ import random
 from collections import Counter
 from datetime import UTC, datetime
 
-from dagster import AssetExecutionContext, MaterializeResult, asset
+from dagster import AssetExecutionContext, MaterializeResult, ResourceParam, asset
 
+from ..recipes.base import slice_name
 from ..resources import layout
 from ..resources.storage import ObjectStore
 from ..resources.warehouse import Warehouse
@@ -36,13 +37,14 @@ def load_anchor(eval_store: ObjectStore) -> dict:
 
 
 @asset(deps=[feedback_events], group_name="evals", kinds={"json"})
-def eval_suite(context: AssetExecutionContext, storage: ObjectStore, eval_store: ObjectStore,
-               warehouse: Warehouse) -> MaterializeResult:
-    """Refresh and mine the private sets, then publish what training may know: hashes, slice sizes, canary."""
+def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
+               eval_store: ObjectStore, warehouse: Warehouse) -> MaterializeResult:
+    """Refreshes and mines the private eval sets in the sealed eval store (a fresh set drawn each cycle, users'
+    corrected hard cases held out by hash), then publishes what training may know (evals/manifest.json): item
+    hashes, slice sizes and the canary string, never the items."""
     from ..ml.hygiene import is_mined_holdout, ngram_hashes
     from ..recipes.base import load_recipe
 
-    settings = Settings()
     recipe = load_recipe(settings.recipe)
     anchor = load_anchor(eval_store)
     # the n-th refresh of a seed is drawn the same way every time, so the same seed gives the same loop
@@ -94,5 +96,5 @@ def eval_suite(context: AssetExecutionContext, storage: ObjectStore, eval_store:
     return MaterializeResult(metadata={
         "anchor_version": anchor["version"], "refreshed_version": stamp, **manifest["sets"],
         "private_slices": len(private), "sealed_hashes": len(manifest["hashes"]),
-        "excluded_slices": ", ".join(f"{s['skill']}/{s['tier']}" for s in slices if not s["private"]) or "none",
+        "excluded_slices": ", ".join(slice_name(s["skill"], s["tier"]) for s in slices if not s["private"]) or "none",
     })

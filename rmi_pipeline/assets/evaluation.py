@@ -15,9 +15,11 @@ from dagster import (
     AssetExecutionContext,
     MaterializeResult,
     MetadataValue,
+    ResourceParam,
     asset,
 )
 
+from ..recipes.base import slice_name
 from ..resources import layout
 from ..resources.registry import CHALLENGER, CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
@@ -33,25 +35,26 @@ HEADROOM_CHECK = AssetCheckSpec(
 
 
 @asset(deps=[candidate_model, eval_suite], group_name="evaluation", kinds={"pytorch"}, check_specs=[HEADROOM_CHECK])
-def candidate_evaluation(context: AssetExecutionContext, storage: ObjectStore, eval_store: ObjectStore,
-                         registry: ModelRegistry) -> MaterializeResult:
+def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
+                         eval_store: ObjectStore, registry: ModelRegistry) -> MaterializeResult:
+    """The challenger and the champion answer every sealed eval item; the paired-bootstrap gate decides per slice
+    whether the challenger is better. Writes the verdict (evaluations/v<challenger>.json) and tags the version."""
     import numpy as np
 
-    from ..ml.gate import Paired, decide, markdown
-    from ..recipes.base import Task, load_recipe
+    from ..ml.gate import decide, markdown
+    from ..ml.scoring import Scored, eval_tasks
+    from ..recipes.base import load_recipe
 
-    settings = Settings()
     recipe = load_recipe(settings.recipe)
     manifest = storage.read_json(layout.EVAL_MANIFEST)
     private = {(s["skill"], s["tier"]) for s in manifest["slices"] if s["private"]}
     sets = {
         "anchor": load_anchor(eval_store)["items"],
-        "refreshed": read_set(eval_store, layout.refreshed(manifest['refreshed_version']))["items"],
-        "mined": read_set(eval_store, layout.mined(manifest['mined_version']))["items"],
+        "refreshed": read_set(eval_store, layout.refreshed(manifest["refreshed_version"]))["items"],
+        "mined": read_set(eval_store, layout.mined(manifest["mined_version"]))["items"],
         "public": [vars(t) for t in recipe.public_eval()],
     }
-    tasks = [(name, Task(i["prompt"], i["answer"], i["skill"], int(i["tier"]))) for name, items in sets.items()
-             for i in items]
+    tasks = eval_tasks(sets)
 
     challenger = registry.version(CHALLENGER)
     if challenger is None:
@@ -61,44 +64,22 @@ def candidate_evaluation(context: AssetExecutionContext, storage: ObjectStore, e
         raise RuntimeError(f"v{challenger.version} is already the champion: train a new challenger first")
     models = [registry.load(mv.version, recipe) for mv in (challenger, champion) if mv]
     started = time.perf_counter()
-    right = [np.array(recipe.correct(model, [t for _, t in tasks]), dtype=float) for model in models]
+    scored = Scored(tasks, [np.array(recipe.correct(model, [t for _, t in tasks]), dtype=float) for model in models])
     compute_seconds = time.perf_counter() - started
 
-    def paired(keep) -> Paired:
-        idx = [i for i, (name, task) in enumerate(tasks) if keep(name, task)]
-        return Paired(right[0][idx], right[1][idx] if champion else None)
-
-    slices = {f"{s}/{t}": paired(lambda n, task, s=s, t=t: n in ("anchor", "refreshed") and
-                                 (task.skill, task.tier) == (s, t))
-              for s, t in sorted({(task.skill, task.tier) for n, task in tasks if n == "anchor"})}
-    for skill in sorted({task.skill for n, task in tasks if n == "mined"}):
-        slices[f"mined/{skill}"] = paired(lambda n, task, skill=skill: n == "mined" and task.skill == skill)
-    counted = {f"{s}/{t}" for s, t in private}
-    is_private = lambda n, task: (task.skill, task.tier) in private  # noqa: E731
-    leak_pairs = {} if champion is None else {
-        "public": (paired(lambda n, task: n == "public"),
-                   paired(lambda n, task: n in ("anchor", "refreshed") and is_private(n, task))),
-        "anchor": (paired(lambda n, task: n == "anchor" and is_private(n, task)),
-                   paired(lambda n, task: n == "refreshed" and is_private(n, task))),
-    }
-    decision = decide(slices, counted, leak_pairs=leak_pairs, min_gain=settings.gate_min_gain,
-                      tolerance=settings.gate_slice_tolerance, first_floor=settings.gate_first_floor,
-                      leak_gap=settings.gate_leak_gap, confidence=settings.gate_confidence,
-                      resamples=settings.gate_resamples, seed=settings.seed + int(challenger.version))
+    slices = scored.slices()
+    counted = {slice_name(s, t) for s, t in private}
+    decision = decide(slices, counted, settings.gate, leak_pairs=scored.leak_pairs(private) if champion else {},
+                      seed=settings.seed + int(challenger.version))
     verdict = "promote" if decision.promote else "reject"
     context.log.info(f"challenger v{challenger.version}: {verdict}. {decision.reason}")
 
     # The anchor is frozen: its means are comparable across every cycle (the learning curve).
-    def anchor_mean(which: int, skill: str | None = None) -> float:
-        keep = [paired(lambda n, task, s=s, t=t: n == "anchor" and (task.skill, task.tier) == (s, t))
-                for s, t in sorted(private) if skill in (None, s)]
-        return float(np.mean([(k.challenger if which == 0 else k.champion).mean() for k in keep]))
-
-    scores = {"challenger_anchor_mean": anchor_mean(0)}
-    scores |= {f"challenger_skill_{s}": anchor_mean(0, s) for s in recipe.skills}
+    scores = {"challenger_anchor_mean": scored.anchor_mean(0, private)}
+    scores |= {f"challenger_skill_{s}": scored.anchor_mean(0, private, s) for s in recipe.skills}
     if champion:
-        scores |= {"champion_anchor_mean": anchor_mean(1)}
-        scores |= {f"champion_skill_{s}": anchor_mean(1, s) for s in recipe.skills}
+        scores |= {"champion_anchor_mean": scored.anchor_mean(1, private)}
+        scores |= {f"champion_skill_{s}": scored.anchor_mean(1, private, s) for s in recipe.skills}
     report = {"challenger_version": challenger.version, "champion_version": champion.version if champion else None,
               "suite_version": manifest["version"], "refreshed_version": manifest["refreshed_version"],
               "scores": scores, "decision": decision.as_dict()}

@@ -13,6 +13,7 @@ from dagster import (
     AssetExecutionContext,
     MaterializeResult,
     MetadataValue,
+    ResourceParam,
     asset,
 )
 
@@ -31,9 +32,11 @@ from .partitions import feedback_batches
                                 description="Every row meets the schema v1 expectation suite (Great Expectations); "
                                             "the share of bad rows stays under RMI_MAX_BAD_SHARE.")],
 )
-def feedback_batch(context: AssetExecutionContext, storage: ObjectStore) -> MaterializeResult:
-    """One landed batch, parsed and validated against schema v1; bad rows go to quarantine with their reasons."""
-    summary, check = check_batch(storage, context.partition_key, Settings())
+def feedback_batch(context: AssetExecutionContext, settings: ResourceParam[Settings],
+                   storage: ObjectStore) -> MaterializeResult:
+    """One landed batch file (feedback/incoming/<batch>), parsed and validated against schema v1: its valid events
+    go to feedback/validated/, bad rows to feedback/quarantine/ with their reasons."""
+    summary, check = check_batch(storage, context.partition_key, settings)
     context.log.info(f"batch {context.partition_key}: {summary}")
     failed = check["failed_expectations"]
     return MaterializeResult(
@@ -50,7 +53,8 @@ def check_batch(storage: ObjectStore, name: str, settings: Settings) -> tuple[di
     Returns (summary, rows_valid check metadata with `passed`)."""
     from ..schema import parse_batch
 
-    parsed = parse_batch(name, storage.read_bytes(layout.incoming(name)), name, settings.max_text_chars)
+    parsed = parse_batch(name, storage.read_bytes(layout.incoming(name)), name, settings.max_text_chars,
+                         settings.cache_dir)
     events = add_slices(parsed.frame, settings.recipe)
     rows_in = parsed.rows_in
     bad_share = len(parsed.quarantined) / max(1, rows_in)
@@ -120,7 +124,8 @@ def _slice(recipe, prompt: str) -> tuple[str | None, int | None]:
 
 @asset(partitions_def=feedback_batches, deps=[feedback_batch], group_name="feedback", kinds={"duckdb"})
 def feedback_events(context: AssetExecutionContext, storage: ObjectStore, warehouse: Warehouse) -> MaterializeResult:
-    """The batch's valid events in the warehouse, once each: re-running a batch changes nothing."""
+    """The batch's valid events in the DuckDB warehouse (table feedback_events), once each by event_id: re-running
+    a batch changes nothing. Its counts add up: rows in = ingested + duplicates + quarantined."""
     counts = land_batch(storage, warehouse, context.partition_key)
     context.log.info(f"batch {context.partition_key}: {counts}")
     return MaterializeResult(metadata=counts)

@@ -14,8 +14,9 @@ champion barely knows, what they experience regressed, and the check says so, th
 and a drift that begins just as a new champion starts serving is caught the same way.
 """
 
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, ResourceParam, asset
 
+from ..recipes.base import slice_name
 from ..resources import layout
 from ..resources.registry import CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
@@ -27,31 +28,34 @@ MIN_RATED = 30  # fewer rated answers on a slice say nothing about its rate
 
 
 @asset(deps=[eval_suite], group_name="health", kinds={"pytorch", "duckdb"})
-def champion_health(context: AssetExecutionContext, storage: ObjectStore, eval_store: ObjectStore,
-                    registry: ModelRegistry, warehouse: Warehouse) -> MaterializeResult:
-    from ..recipes.base import Task, load_recipe
+def champion_health(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
+                    eval_store: ObjectStore, registry: ModelRegistry, warehouse: Warehouse) -> MaterializeResult:
+    """The champion on the current eval suite and its live thumbs-down rates per slice, against its baseline (its
+    first check): `regressed` and the slices that fell, which regression_sensor acts on. Runs hourly, after every
+    ingest and after every cycle."""
+    import numpy as np
 
-    settings = Settings()
+    from ..ml.scoring import MINED, Scored, eval_tasks
+    from ..recipes.base import load_recipe
+
     champion = registry.version(CHAMPION)
     if champion is None:
         return MaterializeResult(metadata={"regressed": False, "status": "no champion yet"})
     recipe = load_recipe(settings.recipe)
     manifest = storage.read_json(layout.EVAL_MANIFEST)
-    items = (load_anchor(eval_store)["items"]
-             + read_set(eval_store, layout.refreshed(manifest['refreshed_version']))["items"])
-    mined = read_set(eval_store, layout.mined(manifest['mined_version']))["items"]
-    tasks = [Task(i["prompt"], i["answer"], i["skill"], int(i["tier"])) for i in items + mined]
-    right = recipe.correct(registry.load(champion.version, recipe), tasks)
-    hits: dict[str, list[bool]] = {}
-    for n, (task, ok) in enumerate(zip(tasks, right, strict=True)):
-        hits.setdefault(f"{task.skill}/{task.tier}" if n < len(items) else f"mined/{task.skill}", []).append(ok)
-    scores = {name: sum(h) / len(h) for name, h in sorted(hits.items())}
+    tasks = eval_tasks({"anchor": load_anchor(eval_store)["items"],
+                        "refreshed": read_set(eval_store, layout.refreshed(manifest["refreshed_version"]))["items"],
+                        "mined": read_set(eval_store, layout.mined(manifest["mined_version"]))["items"]})
+    right = recipe.correct(registry.load(champion.version, recipe), [t for _, t in tasks])
+    scores = {name: float(pair.challenger.mean())
+              for name, pair in sorted(Scored(tasks, [np.array(right, dtype=float)]).slices().items())}
 
-    down, down_all = live_rates(warehouse, str(champion.version), settings.health_window_events)
+    window = settings.health.window_events
+    down, down_all = live_rates(warehouse, str(champion.version), window)
 
     key = layout.health_baseline(champion.version)
     if not storage.exists(key):  # the champion's first check is its baseline
-        before, before_all = live_rates(warehouse, str(champion.version), settings.health_window_events, others=True)
+        before, before_all = live_rates(warehouse, str(champion.version), window, others=True)
         storage.write_json(key, {"scores": scores, "down": before, "down_all": before_all})
     baseline = storage.read_json(key)
     if not baseline["down"] and down:  # the first champion: its first rated answers
@@ -60,8 +64,8 @@ def champion_health(context: AssetExecutionContext, storage: ObjectStore, eval_s
     # a slice without a baseline rate is held to the rate users had over all slices then
     held_to = {s: baseline["down"].get(s, baseline.get("down_all")) for s in down}
     new_slices = sorted(s for s in down if s not in baseline["down"] and baseline["down"])
-    tol = settings.health_tolerance
-    judged = {s for s in scores if s in baseline["scores"] and not s.startswith("mined/")}
+    tol = settings.health.tolerance
+    judged = {s for s in scores if s in baseline["scores"] and not s.startswith(slice_name(MINED, ""))}
     regressed = sorted({s for s in judged if scores[s] < baseline["scores"][s] - tol}
                        | {s for s, v in down.items() if held_to[s] is not None and v > held_to[s] + tol})
     lines = ["| slice | eval | baseline | thumbs-down | baseline |", "|---|---|---|---|---|"]
@@ -73,7 +77,7 @@ def champion_health(context: AssetExecutionContext, storage: ObjectStore, eval_s
         context.log.warning(f"champion v{champion.version} regressed on {', '.join(regressed)}")
     return MaterializeResult(metadata={
         "regressed": bool(regressed),
-        "regressed_slices": ", ".join(regressed) or "none",
+        "regressed_slices": MetadataValue.json(regressed),
         "champion_version": str(champion.version),
         "new_slices": ", ".join(new_slices) or "none",
         "eval_mean": sum(scores.values()) / len(scores),
@@ -90,10 +94,11 @@ def live_rates(warehouse: Warehouse, version: str, window: int,
     """Thumbs-down rate per slice (slices with MIN_RATED answers) and over all, in the latest `window` rated answers
     of a model version, or of every other version."""
     rows = warehouse.query(
-        "SELECT skill || '/' || tier AS slice, count(*) AS rated, avg(CASE WHEN rating = 'down' THEN 1.0 ELSE 0.0 END)"
-        f" AS down FROM (SELECT * FROM feedback_events WHERE model_version {'<>' if others else '='} ?"
-        " AND rating IS NOT NULL AND tier IS NOT NULL ORDER BY ts DESC LIMIT ?) GROUP BY ALL ORDER BY slice",
-        [version, window]).to_dicts()
+        "SELECT skill, tier, count(*) AS rated, avg(CASE WHEN rating = 'down' THEN 1.0 ELSE 0.0 END) AS down"
+        f" FROM (SELECT * FROM feedback_events WHERE model_version {'<>' if others else '='} ?"
+        " AND rating IS NOT NULL AND tier IS NOT NULL ORDER BY ts DESC LIMIT ?) GROUP BY ALL", [version, window])
+    rows = sorted(({**r, "slice": slice_name(r["skill"], r["tier"])} for r in rows.to_dicts()),
+                  key=lambda r: r["slice"])
     rated = sum(r["rated"] for r in rows)
     return ({r["slice"]: r["down"] for r in rows if r["rated"] >= MIN_RATED},
             sum(r["rated"] * r["down"] for r in rows) / rated if rated else None)

@@ -14,7 +14,8 @@ from .evaluation import candidate_evaluation
 
 @asset(deps=[candidate_evaluation], group_name="promotion", kinds={"mlflow"}, output_required=False)
 def champion(context: AssetExecutionContext, storage: ObjectStore, registry: ModelRegistry, notifier: Notifier):
-    """Materializes only when the champion changes; a rejected challenger leaves everything as it was."""
+    """The MLflow alias `champion` moves to the challenger when its evaluation says promote (one alias write, and an
+    alert); a rejected challenger leaves everything as it was. Materializes only when the champion changes."""
     challenger = registry.version(CHALLENGER)
     if challenger is None:
         raise LookupError(f"model {registry.model_name!r} has no challenger")

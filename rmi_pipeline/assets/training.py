@@ -10,14 +10,13 @@ model leads back to its dataset, feedback batches, run and code.
 
 import subprocess
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 
 from dagster import AssetExecutionContext, Config, MaterializeResult, PipesClient, PreviewWarning, ResourceParam, asset
 
 from ..resources import layout
-from ..resources.registry import ModelRegistry
+from ..resources.registry import CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..settings import Settings
 from .dataset import training_dataset
@@ -26,23 +25,29 @@ TRAINING_PROGRAM = [sys.executable, "-m", "rmi_pipeline.train_candidate"]
 
 
 class CandidateConfig(Config):
-    """Set by regression_sensor: weight the regressed slices up and train longer."""
+    """Set by regression_sensor (from RMI_REGRESSION_*): weight the regressed slices up and train longer."""
 
     focus: list[str] = []  # slices like "add/5"
-    focus_weight: float = 4.0
+    focus_weight: float = 1.0
     steps_multiplier: float = 1.0
 
 
 @asset(deps=[training_dataset], group_name="training", kinds={"pytorch", "mlflow"})
-def candidate_model(context: AssetExecutionContext, config: CandidateConfig, storage: ObjectStore,
-                    registry: ModelRegistry, training_launcher: ResourceParam[PipesClient]) -> MaterializeResult:
-    settings = Settings()
+def candidate_model(context: AssetExecutionContext, config: CandidateConfig, settings: ResourceParam[Settings],
+                    storage: ObjectStore, registry: ModelRegistry,
+                    training_launcher: ResourceParam[PipesClient]) -> MaterializeResult:
+    """A challenger trained with Lightning on the latest training dataset, warm-started from the champion (from
+    scratch for the first model), through Dagster Pipes; registered in MLflow as a model version @challenger,
+    tagged with its dataset, feedback batches, Dagster run and code version."""
+    from ..ml.seeding import turn_seed
+
     version = storage.read_json(layout.DATASET_LATEST)["version"]
     manifest = storage.read_json(layout.dataset_manifest(version))
-    champion = registry.version("champion")
+    champion = registry.version(CHAMPION)
     steps = int((settings.train_steps if champion else settings.bootstrap_steps) * config.steps_multiplier)
     max_seconds = settings.train_max_seconds if champion else settings.bootstrap_max_seconds
-    seed = registry.turn_seed(settings.seed, champion.version if champion else 0)
+    from_version = champion.version if champion else 0
+    seed = turn_seed(settings.seed, from_version, registry.candidates_since(from_version))
     run_id_dagster = context.run.run_id
     lineage = {
         "dataset_version": version,
@@ -69,7 +74,6 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, sto
                     "precision": settings.precision, "num_nodes": settings.num_nodes},
     }
     with registry.run(f"candidate-{version}", tags=lineage) as run_id:
-        client = registry.client()
         params = {"steps": steps, "batch_size": settings.batch_size, "learning_rate": settings.learning_rate,
                   "max_seconds": max_seconds, "seed": seed, "focus": ",".join(config.focus) or "none"}
         with warnings.catch_warnings():  # Dagster's own Pipes session calls one of its preview APIs
@@ -78,17 +82,10 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, sto
         reported = {k: v.value for k, v in invocation.get_materialize_result().metadata.items()}
         params |= {"rows": reported["rows"], "parameters": reported["parameters"],
                    **{k.removeprefix("trainer_"): v for k, v in reported.items() if k.startswith("trainer_")}}
-        for key, value in params.items():
-            client.log_param(run_id, key, value)
-        _log_loss_curve(client, run_id, invocation.get_custom_messages())
         metrics = {k: reported[k] for k in ("final_loss", "steps_done", "train_seconds", "steps_per_second")}
         metrics |= {k: v for k, v in reported.items() if k.startswith(("loss_", "rows_"))}  # per mix source
-        for key, value in metrics.items():
-            client.log_metric(run_id, key, value)
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "model.pt"
-            path.write_bytes(storage.read_bytes(checkpoint_key))
-            mv = registry.register_checkpoint(run_id, path, tags=lineage)
+        registry.log_training(run_id, params, metrics, invocation.get_custom_messages())
+        mv = registry.register_checkpoint(run_id, storage.read_bytes(checkpoint_key), tags=lineage)
     if reported["stopped_by_time"]:
         context.log.warning(f"training stopped by its time cap after {reported['steps_done']}/{steps} steps")
     return MaterializeResult(metadata={
@@ -104,18 +101,8 @@ def _warm_start(version: str, storage: ObjectStore, registry: ModelRegistry) -> 
     registry once per champion: a training pod needs no access to MLflow)."""
     key = layout.champion_checkpoint(version)
     if not storage.exists(key):
-        with tempfile.TemporaryDirectory() as tmp:
-            storage.write_bytes(key, registry.download_checkpoint(version, tmp)[1].read_bytes())
+        storage.write_bytes(key, registry.checkpoint(version)[1])
     return storage.uri(key)
-
-
-def _log_loss_curve(client, run_id: str, points: list[dict]) -> None:
-    """The loss the program reported while training, as the run's train_loss metric, at its steps and times."""
-    from mlflow.entities import Metric
-
-    metrics = [Metric("train_loss", p["train_loss"], p["timestamp_ms"], p["step"]) for p in points]
-    for start in range(0, len(metrics), 1000):  # MLflow takes at most 1000 metrics per batch
-        client.log_batch(run_id, metrics=metrics[start:start + 1000])
 
 
 def _joined(batches: list[str], limit: int = 4000) -> str:

@@ -5,7 +5,9 @@ from dagster import DefaultSensorStatus, RunFailureSensorContext, run_failure_se
 from ..resources.notifier import Notifier
 
 
-@run_failure_sensor(default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30)
+@run_failure_sensor(default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30,
+                    description="Alerts a person (RMI_ALERT_WEBHOOK_URL, else the log) once for every failed run of "
+                                "the loop, with its first error and a link to the run.")
 def run_failure_alert(context: RunFailureSensorContext, notifier: Notifier):
     run = context.dagster_run
     steps = [e.event_specific_data.error.message.strip().splitlines()[0]

@@ -17,16 +17,22 @@ from .jobs import health_check, improvement_cycle, ingest_feedback
 
 def health_schedule(cron: str) -> ScheduleDefinition:
     return ScheduleDefinition(name="health_schedule", job=health_check, cron_schedule=cron,
-                              default_status=DefaultScheduleStatus.RUNNING)
+                              default_status=DefaultScheduleStatus.RUNNING,
+                              description=f"Checks the champion's health on the cron '{cron}' (RMI_HEALTH_CRON), "
+                                          "even when no feedback lands.")
 
 
 @run_status_sensor(run_status=DagsterRunStatus.SUCCESS, monitored_jobs=[ingest_feedback], request_job=health_check,
-                   default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30)
+                   default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30,
+                   description="After every successful ingest_feedback run: checks the champion's health, so a "
+                               "live regression is seen as soon as its feedback lands.")
 def health_after_ingest(context):
     return RunRequest(run_key=f"health-after-{context.dagster_run.run_id}", tags={"rmi/trigger": "ingest"})
 
 
 @run_status_sensor(run_status=DagsterRunStatus.SUCCESS, monitored_jobs=[improvement_cycle], request_job=health_check,
-                   default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30)
+                   default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30,
+                   description="After every successful improvement_cycle run: a new champion gets its health "
+                               "baseline at once; a champion the cycle did not replace is checked again.")
 def health_after_cycle(context):
     return RunRequest(run_key=f"health-after-{context.dagster_run.run_id}", tags={"rmi/trigger": "cycle"})

@@ -5,17 +5,31 @@ enough_feedback_sensor: enough newly ingested feedback starts an improvement cyc
 regression_sensor: a regressed champion_health starts a targeted cycle, within a retry budget.
 """
 
-from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
+from dagster import (
+    DefaultSensorStatus,
+    ResourceParam,
+    RunConfig,
+    RunRequest,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
 
+from ..assets import champion, champion_health, feedback_events, training_dataset
 from ..assets.partitions import can_be_partition, feedback_batches
+from ..assets.training import CandidateConfig, candidate_model
 from ..resources import layout
 from ..resources.notifier import Notifier
 from ..resources.storage import ObjectStore
 from ..schema import SUFFIXES, is_batch_file
+from ..settings import Settings
 from .jobs import improvement_cycle, ingest_feedback
 
 
-@sensor(job=ingest_feedback, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
+@sensor(job=ingest_feedback, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
+        description="Every 30 s: each batch file new in feedback/incoming/ (.jsonl, .jsonl.gz, .parquet) becomes a "
+                    "feedback_batch partition and an ingest_feedback run. Names Dagster cannot take are warned about.")
 def new_feedback_sensor(context: SensorEvaluationContext, storage: ObjectStore):
     """Compares the landed files with the known partitions, so no file is missed whatever its name."""
     known = set(context.instance.get_dynamic_partitions(feedback_batches.name))
@@ -35,25 +49,25 @@ def new_feedback_sensor(context: SensorEvaluationContext, storage: ObjectStore):
     )
 
 
-@sensor(job=improvement_cycle, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
-def enough_feedback_sensor(context: SensorEvaluationContext):
+@sensor(job=improvement_cycle, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
+        description="Every 30 s: once RMI_CYCLE_MIN_NEW_EVENTS feedback events have landed since the last training "
+                    "dataset, starts an improvement_cycle (one at a time).")
+def enough_feedback_sensor(context: SensorEvaluationContext, settings: ResourceParam[Settings]):
     """Starts an improvement cycle once RMI_CYCLE_MIN_NEW_EVENTS events have been ingested since the last dataset.
 
     It reads Dagster's event log: the `ingested` counts of feedback_events materializations newer than the latest
     training_dataset materialization (which took every event before it). No cursor to lose, and it never opens
     the warehouse, which a running ingest may hold. It waits while a cycle is already queued or running."""
-    from dagster import AssetKey, AssetRecordsFilter, DagsterRunStatus, RunsFilter
-
-    from ..settings import Settings
+    from dagster import AssetRecordsFilter, DagsterRunStatus, RunsFilter
 
     instance = context.instance
-    last = instance.fetch_materializations(AssetKey("training_dataset"), limit=1).records
+    last = instance.fetch_materializations(training_dataset.key, limit=1).records
     after = last[0].storage_id if last else None
     records = instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=AssetKey("feedback_events"), after_storage_id=after), limit=10000).records
+        AssetRecordsFilter(asset_key=feedback_events.key, after_storage_id=after), limit=10000).records
     pending = sum(int(r.asset_materialization.metadata["ingested"].value) for r in records
                   if "ingested" in r.asset_materialization.metadata)
-    threshold = Settings().cycle_min_new_events
+    threshold = settings.cycle_min_new_events
     if pending < threshold:
         return SkipReason(f"{pending} new feedback events since the last dataset (a cycle starts at {threshold})")
     active = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
@@ -65,8 +79,11 @@ def enough_feedback_sensor(context: SensorEvaluationContext):
                       tags={"rmi/trigger": "new_feedback", "rmi/new_events": str(pending)})
 
 
-@sensor(job=improvement_cycle, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
-def regression_sensor(context: SensorEvaluationContext, notifier: Notifier):
+@sensor(job=improvement_cycle, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
+        description="Every 30 s: when champion_health says the champion regressed, starts an improvement_cycle "
+                    "aimed at the regressed slices, at most RMI_REGRESSION_BUDGET per champion with a doubling "
+                    "backoff; then alerts a person instead.")
+def regression_sensor(context: SensorEvaluationContext, settings: ResourceParam[Settings], notifier: Notifier):
     """A regressed champion_health starts a cycle aimed at the regressed slices (weighted, trained longer).
 
     Each champion gets RMI_REGRESSION_BUDGET such cycles, spaced by a doubling backoff; a challenger that fails
@@ -74,38 +91,39 @@ def regression_sensor(context: SensorEvaluationContext, notifier: Notifier):
     once instead of looping. A verdict about a champion that has since been replaced waits for the new one's."""
     import time
 
-    from dagster import AssetKey, DagsterRunStatus, RunsFilter
+    from dagster import DagsterRunStatus, RunsFilter
 
-    from ..settings import Settings
-
-    settings = Settings()
+    rules = settings.regression
     instance = context.instance
-    latest = instance.fetch_materializations(AssetKey("champion_health"), limit=1).records
+    latest = instance.fetch_materializations(champion_health.key, limit=1).records
     meta = latest[0].asset_materialization.metadata if latest else {}
     if "regressed" not in meta or not meta["regressed"].value:
         return SkipReason("the champion is healthy")
-    moved = instance.fetch_materializations(AssetKey("champion"), limit=1).records
+    moved = instance.fetch_materializations(champion.key, limit=1).records
     if moved and moved[0].storage_id > latest[0].storage_id:
         return SkipReason("the champion changed since the last health check: waiting for its own")
     if any(r.status not in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
            for r in instance.get_runs(RunsFilter(job_name=improvement_cycle.name), limit=5)):
         return SkipReason("a cycle is already running")
     version, slices = meta["champion_version"].value, meta["regressed_slices"].value
+    if isinstance(slices, str):  # recorded before the slices were a JSON list: "add/3, sub/5"
+        slices = [s.strip() for s in slices.split(",") if s.strip() not in ("", "none")]
+    named = ", ".join(slices)
     tags = {"rmi/trigger": "regression", "rmi/champion": version}
     attempts = instance.get_runs(RunsFilter(job_name=improvement_cycle.name, tags=tags))
-    if len(attempts) >= settings.regression_budget:
-        notifier.notify("budget", f"champion v{version} regressed on {slices}; {len(attempts)} targeted cycles did "
+    if len(attempts) >= rules.budget:
+        notifier.notify("budget", f"champion v{version} regressed on {named}; {len(attempts)} targeted cycles did "
                         "not fix it. A person must look: data, recipe or eval.", key=f"budget-v{version}",
                         run_id=attempts[0].run_id)
         return SkipReason(f"regression budget spent for champion v{version} ({len(attempts)} attempts)")
     if attempts:
         last = instance.get_run_record_by_id(attempts[0].run_id)
-        wait = settings.regression_backoff_seconds * 2 ** (len(attempts) - 1)
+        wait = rules.backoff_seconds * 2 ** (len(attempts) - 1)
         if last.end_time and time.time() < last.end_time + wait:
             return SkipReason(f"backing off {wait:.0f} s after attempt {len(attempts)}")
-    focus = [s.strip() for s in slices.split(",") if s.strip() and s.strip() != "none"]
+    aim = CandidateConfig(focus=slices, focus_weight=rules.focus_weight, steps_multiplier=rules.steps_multiplier)
     return RunRequest(
         run_key=f"regression-v{version}-{len(attempts) + 1}",  # one run per attempt, however many ticks ask
-        run_config={"ops": {"candidate_model": {"config": {"focus": focus, "steps_multiplier": 2.0}}}},
-        tags={**tags, "rmi/focus": slices[:200], "rmi/attempt": str(len(attempts) + 1)},
+        run_config=RunConfig(ops={candidate_model.op.name: aim}),
+        tags={**tags, "rmi/focus": named[:200], "rmi/attempt": str(len(attempts) + 1)},
     )

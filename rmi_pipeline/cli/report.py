@@ -6,8 +6,13 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-STAGES = {"training_dataset": "dataset", "candidate_model": "train", "candidate_evaluation": "eval",
-          "champion": "promote", "eval_suite": "suite"}
+from ..assets import candidate_evaluation, candidate_model, champion, eval_suite, training_dataset
+from ..resources.registry import CHALLENGER, CHAMPION
+
+# the column a stage's seconds go in: step keys are the assets' names
+STAGES = {asset.key.to_user_string(): column for asset, column in (
+    (training_dataset, "dataset"), (candidate_model, "train"), (candidate_evaluation, "eval"), (champion, "promote"),
+    (eval_suite, "suite"))}
 
 
 @dataclass
@@ -38,21 +43,22 @@ class CycleRecord:
                                                       event.materialization.metadata.items()}
         failures = [e.event_specific_data.error.message.strip() for e in result.all_events
                     if e.event_type_value == "STEP_FAILURE" and e.event_specific_data.error]
-        ds, ev = meta.get("training_dataset", {}), meta.get("candidate_evaluation", {})
+        ds = meta.get(training_dataset.key.to_user_string(), {})
+        ev = meta.get(candidate_evaluation.key.to_user_string(), {})
         self.dataset_rows = ds.get("rows")
         self.contamination = {k: ds[k] for k in ("removed_eval_overlap", "held_out_mined", "removed_ngram_overlap")
                               if k in ds}
         self.gain = ev.get("gain")
         if "gain_low" in ev:
             self.gain_interval = (ev["gain_low"], ev["gain_high"])
-        self.challenger_version = meta.get("candidate_model", {}).get("model_version")
+        self.challenger_version = meta.get(candidate_model.key.to_user_string(), {}).get("model_version")
         self.verdict, self.reason = ev.get("verdict", "failed"), ev.get("reason", "; ".join(failures))
         skills = sorted(k.removeprefix("challenger_skill_") for k in ev if k.startswith("challenger_skill_"))
         self.challenger = {s: ev[f"challenger_skill_{s}"] for s in skills}
         if "challenger_anchor_mean" in ev:
             self.challenger["mean"] = ev["challenger_anchor_mean"]
         old = {s: ev.get(f"champion_skill_{s}") for s in skills} | {"mean": ev.get("champion_anchor_mean")}
-        promoted = "champion" in meta
+        promoted = champion.key.to_user_string() in meta
         self.champion = dict(self.challenger) if promoted else ({k: v for k, v in old.items() if v is not None})
         kept = ev.get("champion_version")
         self.champion_version = self.challenger_version if promoted else (None if kept == "none" else kept)
@@ -120,7 +126,7 @@ def status_text(settings) -> str:
     res = build_resources(settings)
     registry, warehouse = res["registry"], res["warehouse"]
     lines = [f"RMI_HOME {settings.resolved_home}", f"model {settings.model_name} (recipe {settings.recipe})"]
-    for alias in ("champion", "challenger"):
+    for alias in (CHAMPION, CHALLENGER):
         mv = registry.version(alias)
         if mv is None:
             lines.append(f"  {alias}: none")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import random
 
+from .tasks import slice_name
+
 
 def frontier(recipe, model, rng: random.Random, per_tier: int, saturation: float) -> tuple[dict, dict]:
     """({skill: practice tier}, {"skill/tier": accuracy}) for the tiers measured on the way up.
@@ -19,7 +21,7 @@ def frontier(recipe, model, rng: random.Random, per_tier: int, saturation: float
         for tier in recipe.tiers:
             tasks = recipe.sample_tasks(rng, per_tier, [skill], [tier])
             score = sum(recipe.correct(model, tasks)) / len(tasks)
-            accuracy[f"{skill}/{tier}"] = score
+            accuracy[slice_name(skill, tier)] = score
             if score < saturation:
                 tiers[skill] = tier
                 break

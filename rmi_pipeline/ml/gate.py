@@ -3,7 +3,7 @@
 A challenger is promoted only if
 - its overall gain (mean over the counted slices of challenger minus champion) has a lower confidence bound
   above `min_gain`: a gain the eval's noise could explain is not a gain;
-- no slice falls by more than `tolerance` with an interval wholly below zero;
+- no slice falls by more than `slice_tolerance` with an interval wholly below zero;
 - no leak signal: on a set it could have seen (the public set, the frozen anchor) it does not gain more than
   `leak_gap` beyond what it gains on a set it cannot have seen (the private pool, the fresh refreshed set).
 With no champion, the first model is promoted if the lower bound of its score reaches `first_floor`.
@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+from ..settings import Gate
 
 
 @dataclass
@@ -65,10 +67,11 @@ def _interval(replicates: np.ndarray, confidence: float) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def decide(slices: dict[str, Paired], counted: set[str], *, leak_pairs: dict[str, tuple[Paired, Paired]] | None = None,
-           min_gain: float = 0.0, tolerance: float = 0.05, first_floor: float = 0.05, leak_gap: float = 0.10,
-           confidence: float = 0.98, resamples: int = 2000, seed: int = 0) -> Decision:
+def decide(slices: dict[str, Paired], counted: set[str], gate: Gate, *,
+           leak_pairs: dict[str, tuple[Paired, Paired]] | None = None, seed: int = 0) -> Decision:
     """`counted` slices make the overall score; every slice is guarded against regression."""
+    confidence, resamples, tolerance = gate.confidence, gate.resamples, gate.slice_tolerance
+    min_gain, first_floor, leak_gap = gate.min_gain, gate.first_floor, gate.leak_gap
     if not counted:
         raise ValueError("the eval suite has no private slice: nothing honest to gate on")
     rng = np.random.default_rng(seed)

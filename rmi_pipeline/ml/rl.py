@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..settings import Sampling
+
 
 @dataclass
 class Rollouts:
@@ -29,12 +31,13 @@ class Rollouts:
     informative_groups: int = 0
 
 
-def rollouts(recipe, model, prompts: list[str], k: int, temperature: float, seed: int) -> Rollouts:
+def rollouts(recipe, model, prompts: list[str], sampling: Sampling, seed: int) -> Rollouts:
+    k = sampling.samples
     out = Rollouts(prompts=len(prompts))
     if not prompts:
         return out
     solved = 0
-    for prompt, group in zip(prompts, recipe.sample(model, prompts, k, temperature, seed), strict=True):
+    for prompt, group in zip(prompts, recipe.sample(model, prompts, k, sampling.temperature, seed), strict=True):
         rewards = [recipe.verify(prompt, answer)[0] for answer in group]
         solved += sum(r == 1 for r in rewards)
         mean = sum(rewards) / k

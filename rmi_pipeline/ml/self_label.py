@@ -13,6 +13,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from ..settings import SelfLabelling
+from .tasks import slice_name
+
 
 @dataclass
 class SelfLabels:
@@ -22,15 +25,17 @@ class SelfLabels:
     kept: dict = field(default_factory=dict)  # "skill/tier" -> labels kept there
 
 
-def self_label(recipe, model, rng: random.Random, per_tier: int, votes: int, temperature: float,
-               saturation: float, seed: int, tiers: int = 1, probe: int = 100) -> SelfLabels:
-    """`probe` problems per tier find the edge of the reliable range; `per_tier` are labelled at each tier past it."""
+def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: int, probe: int = 100) -> SelfLabels:
+    """`probe` problems per tier find the edge of the reliable range; `options.problems` are labelled at each of
+    `options.tiers` tiers from it."""
+    per_tier, votes, temperature = options.problems, options.votes, options.temperature
+    saturation, tiers = options.saturation, options.tiers
     out = SelfLabels()
     for skill in recipe.skills:
         for tier in recipe.tiers:
             *_, agreed = _answers(recipe, model, rng, skill, tier, probe, votes, temperature, seed)
-            out.agreement[f"{skill}/{tier}"] = sum(agreed) / len(agreed)
-            if out.agreement[f"{skill}/{tier}"] < saturation:
+            out.agreement[slice_name(skill, tier)] = sum(agreed) / len(agreed)
+            if out.agreement[slice_name(skill, tier)] < saturation:
                 out.tiers[skill] = tier
                 break
         if skill not in out.tiers:
@@ -38,7 +43,7 @@ def self_label(recipe, model, rng: random.Random, per_tier: int, votes: int, tem
         for tier in [t for t in recipe.tiers if out.tiers[skill] <= t < out.tiers[skill] + tiers]:
             labels = _backed_up(recipe, model, *_answers(recipe, model, rng, skill, tier, per_tier, votes,
                                                           temperature, seed + 1))
-            out.kept[f"{skill}/{tier}"] = len(labels)
+            out.kept[slice_name(skill, tier)] = len(labels)
             out.rows += labels
     return out
 

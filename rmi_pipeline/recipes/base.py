@@ -10,19 +10,14 @@ import hashlib
 import importlib
 import random
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+from ..ml.tasks import Task, slice_name
 
+if TYPE_CHECKING:  # only for annotations: importing the contract must stay light (the Dagster definitions do)
+    import torch
 
-@dataclass(frozen=True)
-class Task:
-    """One problem with its true answer; `skill` and `tier` name its slice."""
-
-    prompt: str
-    answer: str
-    skill: str
-    tier: int
+__all__ = ["Recipe", "Task", "load_recipe", "slice_name"]
 
 
 class Recipe(ABC):
@@ -34,6 +29,25 @@ class Recipe(ABC):
     @abstractmethod
     def build_model(self, learning_rate: float, max_steps: int, size: str = "tiny", config: dict | None = None):
         """A fresh LightningModule with random weights, of a named size (or the exact `config` of a checkpoint)."""
+
+    @abstractmethod
+    def model_config(self, module) -> dict:
+        """What rebuilds `module` with build_model(config=...): plain JSON-like values, saved with its weights."""
+
+    def checkpoint(self, module) -> bytes:
+        """The module as a checkpoint file's bytes: its config and its weights (no pickled code)."""
+        from ..ml import checkpoint
+
+        return checkpoint.dumps(self.model_config(module), module.state_dict())
+
+    def load_checkpoint(self, data: bytes, learning_rate: float = 0.0, max_steps: int = 1):
+        """The module a checkpoint holds, rebuilt from its config (a fresh optimizer schedule of `max_steps`)."""
+        from ..ml import checkpoint
+
+        config, state_dict = checkpoint.loads(data)
+        module = self.build_model(learning_rate, max_steps, config=config)
+        module.load_state_dict(state_dict)
+        return module
 
     @abstractmethod
     def encode(self, prompts: list[str], completions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,8 +13,10 @@ from .warehouse import Warehouse
 
 
 def build_resources(settings: Settings) -> dict:
-    """The resources of the loop, from the one settings object."""
+    """The resources of the loop, from the one settings object, which is itself the resource `settings`: assets
+    and sensors read their knobs from it instead of reading the environment again."""
     return {
+        "settings": settings,
         "storage": ObjectStore(url=settings.resolved_storage_url, endpoint_url=settings.s3_endpoint_url),
         # sealed: only evaluation assets take it
         "eval_store": ObjectStore(url=settings.resolved_eval_url, endpoint_url=settings.s3_endpoint_url),

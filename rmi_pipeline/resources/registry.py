@@ -63,31 +63,32 @@ class ModelRegistry(ConfigurableResource):
             return None
 
     def candidates_since(self, version: str | int) -> int:
-        """Versions registered after `version`: candidates the gate turned down while it stayed champion. A turn
-        with nothing new to learn from counts them, so it tries something new instead of the same candidate."""
+        """Versions registered after `version`: candidates the gate turned down while it stayed champion."""
         return sum(int(mv.version) > int(version)
                    for mv in self.client().search_model_versions(f"name='{self.model_name}'"))
 
-    def turn_seed(self, seed: int, version: str | int) -> int:
-        """The seed of a turn from `version` (0: no champion): after turned-down candidates, a new one."""
-        return seed + int(version) + 1000 * self.candidates_since(version)
+    def log_training(self, run_id: str, params: dict, metrics: dict, curve: list[dict]) -> None:
+        """A candidate's parameters, final metrics and loss curve ({"train_loss", "step", "timestamp_ms"} points,
+        as the run's train_loss metric at their steps and times)."""
+        import time
 
-    def register(self, run_id: str, module, tags: dict[str, str]):
-        """Log the module's checkpoint to the run, create a model version from it and point `challenger` at it."""
-        import torch
+        from mlflow.entities import Metric, Param
 
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "model.pt"
-            torch.save({"config": dict(module.hparams["config"]), "state_dict": module.state_dict()}, path)
-            return self.register_checkpoint(run_id, path, tags)
+        client, now = self.client(), int(time.time() * 1000)
+        client.log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items()],
+                         metrics=[Metric(k, v, now, 0) for k, v in metrics.items()])
+        points = [Metric("train_loss", p["train_loss"], p["timestamp_ms"], p["step"]) for p in curve]
+        for start in range(0, len(points), 1000):  # MLflow takes at most 1000 metrics per batch
+            client.log_batch(run_id, metrics=points[start:start + 1000])
 
-    def register_checkpoint(self, run_id: str, path: Path, tags: dict[str, str]):
-        """Log a checkpoint file (config and state_dict) as the run's `checkpoint/model.pt`, create a model
-        version from it and point `challenger` at it."""
+    def register_checkpoint(self, run_id: str, data: bytes, tags: dict[str, str]):
+        """Log a checkpoint (Recipe.checkpoint's bytes) as the run's `checkpoint/model.pt`, create a model version
+        from it and point `challenger` at it."""
         client = self.client()
-        if path.name != "model.pt":  # the artifact keeps the file's name
-            raise ValueError(f"a checkpoint to register must be named model.pt, not {path.name}")
-        client.log_artifact(run_id, str(path), artifact_path="checkpoint")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / Path(CHECKPOINT).name
+            path.write_bytes(data)
+            client.log_artifact(run_id, str(path), artifact_path=str(Path(CHECKPOINT).parent))
         try:
             client.get_registered_model(self.model_name)
         except Exception:
@@ -98,8 +99,8 @@ class ModelRegistry(ConfigurableResource):
         client.set_registered_model_alias(self.model_name, CHALLENGER, mv.version)
         return mv
 
-    def download_checkpoint(self, reference: str | int, directory: str) -> tuple[str, Path]:
-        """(version, local file) of the checkpoint behind 'champion', 'challenger' or a version number."""
+    def checkpoint(self, reference: str | int) -> tuple[str, bytes]:
+        """(version, checkpoint bytes) behind 'champion', 'challenger' or a version number."""
         import mlflow
 
         client = self.client()
@@ -111,26 +112,15 @@ class ModelRegistry(ConfigurableResource):
                 raise LookupError(f"model {self.model_name!r} has no version with alias {reference!r}")
             version = mv.version
         source = client.get_model_version_download_uri(self.model_name, version)
-        # mlflow-artifacts:/ sources (a tracking server) resolve against our URI, not MLflow's global one
-        return version, Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=directory,
-                                                                 tracking_uri=self.tracking_uri))
-
-    def load_weights(self, reference: str | int) -> tuple[str, dict]:
-        """(version, checkpoint) behind 'champion', 'challenger' or a version number; the checkpoint holds the
-        model's `config` and its `state_dict`."""
-        import torch
-
         with tempfile.TemporaryDirectory() as tmp:
-            version, file = self.download_checkpoint(reference, tmp)
-            checkpoint = torch.load(file, map_location="cpu", weights_only=True)  # never unpickle code
-        return version, checkpoint
+            # mlflow-artifacts:/ sources (a tracking server) resolve against our URI, not MLflow's global one
+            file = mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=tmp,
+                                                       tracking_uri=self.tracking_uri)
+            return version, Path(file).read_bytes()
 
     def load(self, reference: str | int, recipe):
-        """A ready model, the way a serving process loads it: by alias from the registry."""
-        _, checkpoint = self.load_weights(reference)
-        module = recipe.build_model(learning_rate=0.0, max_steps=1, config=checkpoint["config"])
-        module.load_state_dict(checkpoint["state_dict"])
-        return module.eval()
+        """A ready model, the way a serving process loads it: by alias from the registry, rebuilt by its recipe."""
+        return recipe.load_checkpoint(self.checkpoint(reference)[1]).eval()
 
     def champion_history(self) -> list[str]:
         """Versions that have been champion, oldest first (the alias's audit trail)."""

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from ..resources.registry import CHAMPION
 from .users import Drift, usual_tiers
 from .world import World
 
@@ -26,7 +27,7 @@ PROBES = 200  # problems per slice the world tries the champion on to choose the
 def choose_drift(world: World, cycle: int, share: float = DRIFT_SHARE) -> Drift:
     """The easiest slice above the usual tiers that the champion barely knows (else the one it knows least)."""
     recipe = world.recipe
-    model = world.registry.load("champion", recipe)
+    model = world.registry.load(CHAMPION, recipe)
     rng = random.Random(f"drift-{world.settings.seed}")
     asked = set(usual_tiers(recipe, cycle))
     tiers = [t for t in recipe.tiers if t not in asked] or list(recipe.tiers)
@@ -52,7 +53,7 @@ def run_live(world: World, *, interval: float, cycle: int, drift_after: int | No
         if drift is None and drift_after is not None and landed >= drift_after:
             drift = choose_drift(world, cycle)
             say(f"{_now()} drift: {drift.share:.0%} of users now ask {drift.slice}, where champion "
-                f"v{world.registry.version('champion').version} is right {drift.accuracy:.0%} of the time")
+                f"v{world.registry.version(CHAMPION).version} is right {drift.accuracy:.0%} of the time")
         rng = random.Random(f"users-{world.settings.seed}-{cycle}-live-{started}-{landed}")
         name, stats = world.serve(cycle, rng, f"live{landed:04d}", drift)
         landed += 1

@@ -10,6 +10,8 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from ..recipes.base import slice_name
+
 EASIEST_CAP = 4  # in cycle c users ask up to EASIEST_CAP + c digits
 
 
@@ -31,7 +33,7 @@ class Drift:
 
     @property
     def slice(self) -> str:
-        return f"{self.skill}/{self.tier}"
+        return slice_name(self.skill, self.tier)
 
 
 def usual_tiers(recipe, cycle: int) -> list[int]:

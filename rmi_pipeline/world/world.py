@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from ..recipes.base import load_recipe
 from ..resources import build_resources, layout
+from ..resources.registry import CHAMPION
 from ..settings import Settings
 from .curators import curate_eval_suite
 from .users import Drift, Reactions, questions, react
@@ -35,10 +36,10 @@ class World:
     def serve(self, cycle: int, rng: random.Random, prefix: str, drift: Drift | None = None) -> tuple[str, dict]:
         """One batch of users of `cycle`, some of them moved to a drifted slice; lands as `<prefix>-<time>.jsonl`."""
         s = self.settings
-        champion = self.registry.version("champion")
+        champion = self.registry.version(CHAMPION)
         if champion is None:
             raise RuntimeError("no champion is serving yet: run a first improvement cycle")
-        model = self.registry.load("champion", self.recipe)
+        model = self.registry.load(CHAMPION, self.recipe)
         tasks = questions(rng, self.recipe, s.sim_queries_per_cycle, cycle, drift)
         answers = self.recipe.answer(model, [t.prompt for t in tasks])
         reactions = Reactions(s.sim_wrong_user_share, s.sim_correction_share)
@@ -59,6 +60,6 @@ class World:
             "corrections": sum(e["correction"] is not None for e in events), "garbled": garbled,
         }
         if drift is not None:
-            on_slice = [ok for t, ok in zip(tasks, right, strict=True) if f"{t.skill}/{t.tier}" == drift.slice]
+            on_slice = [ok for t, ok in zip(tasks, right, strict=True) if t.slice == drift.slice]
             stats |= {"drift_queries": len(on_slice), "drift_accuracy": sum(on_slice) / max(1, len(on_slice))}
         return name, stats

@@ -38,6 +38,9 @@ class ArithmeticRecipe(Recipe):
             config = {"vocab_size": len(tokens.VOCAB), "block_size": tokens.BLOCK_SIZE, **self.sizes[size]}
         return LitGPT(config, learning_rate=learning_rate, max_steps=max_steps)
 
+    def model_config(self, module):
+        return dict(module.hparams["config"])  # LitGPT keeps the GPTConfig it was built from
+
     def encode(self, prompts, completions):
         rows = []
         for prompt, completion in zip(prompts, completions, strict=True):

@@ -1,0 +1,60 @@
+"""Models scored on the eval sets, per slice: what the gate compares and what the health check watches.
+
+A slice 'skill/tier' pools the frozen anchor and this cycle's refreshed set (for the anchor's slices); 'mined/skill'
+holds the mined hard cases of a skill. The public set and the anchor against the unseen sets make the leak pairs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .gate import Paired
+from .tasks import Task, slice_name
+
+POOLED = ("anchor", "refreshed")
+MINED = "mined"
+
+
+def eval_tasks(sets: dict[str, list[dict]]) -> list[tuple[str, Task]]:
+    """(set name, task) for every item of every set, in order."""
+    return [(name, Task(i["prompt"], i["answer"], i["skill"], int(i["tier"]))) for name, items in sets.items()
+            for i in items]
+
+
+@dataclass
+class Scored:
+    """Per-item exact match (1.0 right, 0.0 wrong) of one or two models on the same tasks: [challenger, champion]."""
+
+    tasks: list[tuple[str, Task]]
+    right: list[np.ndarray]
+
+    def paired(self, keep) -> Paired:
+        idx = [i for i, (name, task) in enumerate(self.tasks) if keep(name, task)]
+        return Paired(self.right[0][idx], self.right[1][idx] if len(self.right) > 1 else None)
+
+    def slices(self) -> dict[str, Paired]:
+        """Every slice of the anchor (anchor and refreshed pooled), then each skill's mined hard cases."""
+        out = {slice_name(s, t): self.paired(lambda n, task, s=s, t=t: n in POOLED and
+                                             (task.skill, task.tier) == (s, t))
+               for s, t in sorted({(task.skill, task.tier) for n, task in self.tasks if n == "anchor"})}
+        for skill in sorted({task.skill for n, task in self.tasks if n == MINED}):
+            out[slice_name(MINED, skill)] = self.paired(lambda n, task, skill=skill: n == MINED and task.skill == skill)
+        return out
+
+    def leak_pairs(self, private: set[tuple[str, int]]) -> dict[str, tuple[Paired, Paired]]:
+        """(a set the challenger could have seen, a set it cannot have) per leak signal."""
+        is_private = lambda task: (task.skill, task.tier) in private  # noqa: E731
+        return {
+            "public": (self.paired(lambda n, task: n == "public"),
+                       self.paired(lambda n, task: n in POOLED and is_private(task))),
+            "anchor": (self.paired(lambda n, task: n == "anchor" and is_private(task)),
+                       self.paired(lambda n, task: n == "refreshed" and is_private(task))),
+        }
+
+    def anchor_mean(self, model: int, private: set[tuple[str, int]], skill: str | None = None) -> float:
+        """Mean over the private slices (of one skill) of a model's anchor score: comparable across cycles."""
+        keep = [self.paired(lambda n, task, s=s, t=t: n == "anchor" and (task.skill, task.tier) == (s, t))
+                for s, t in sorted(private) if skill in (None, s)]
+        return float(np.mean([(k.challenger if model == 0 else k.champion).mean() for k in keep]))

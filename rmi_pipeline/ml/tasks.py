@@ -1,0 +1,28 @@
+"""A task (one problem with its true answer) and the name of the slice it belongs to.
+
+The recipe contract (recipes/base.py) hands these out; the method code in ml/ scores and groups by them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def slice_name(skill: str, tier: int | str) -> str:
+    """The name a slice goes by everywhere (evals, health, focus, the UI): 'add/5'. The eval's mined hard cases
+    of a skill are the slice 'mined/add'."""
+    return f"{skill}/{tier}"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One problem with its true answer; `skill` and `tier` name its slice."""
+
+    prompt: str
+    answer: str
+    skill: str
+    tier: int
+
+    @property
+    def slice(self) -> str:
+        return slice_name(self.skill, self.tier)

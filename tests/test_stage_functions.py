@@ -1,0 +1,94 @@
+"""What the assets call, on fixed tables: the training mix, per-slice scores, retry prompts, checkpoints."""
+
+import io
+import pickle
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from rmi_pipeline.ml.hygiene import is_mined_holdout
+from rmi_pipeline.ml.mix import EARLIER_PRACTICE, mix_sources, weigh
+from rmi_pipeline.ml.practice import retry_prompts
+from rmi_pipeline.ml.scoring import Scored, eval_tasks
+from rmi_pipeline.ml.seeding import turn_seed
+from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
+
+R = ArithmeticRecipe()
+
+
+def test_each_row_gets_its_source_in_the_mix_and_each_source_its_share_of_every_batch():
+    rows = pl.DataFrame({
+        "source": ["thumbs_up", "correction", "thumbs_up", "correction", "seed", EARLIER_PRACTICE, "practice", "rl"],
+        "batch_id": ["new", "new", "old", "old", None, None, None, None],
+    })
+    mixed = mix_sources(rows, ["new"])
+    assert mixed["mix"].to_list() == ["feedback", "corrections", "replay", "replay", "replay", "replay", "practice",
+                                      "rl"]
+    shares = {"feedback": 0.2, "corrections": 0.2, "replay": 0.4, "practice": 0.2, "rl": 0.0}
+    weighted, sizes = weigh(mixed, shares)
+    assert sizes == {"feedback": 1, "corrections": 1, "replay": 4, "practice": 1}  # rl has no share: no rows
+    total = weighted.group_by("mix").agg(pl.col("weight").sum())
+    assert dict(total.iter_rows()) == pytest.approx({"feedback": 0.2, "corrections": 0.2, "replay": 0.4,
+                                                     "practice": 0.2})
+    with pytest.raises(ValueError, match="leaves no rows"):
+        weigh(mixed, {"self_label": 1.0, "feedback": 0.0})  # no row of a source with a share
+
+
+def test_slices_pool_anchor_and_refreshed_and_the_leak_pairs_compare_seen_with_unseen():
+    item = lambda p, a, s, t: {"prompt": p, "answer": a, "skill": s, "tier": t}  # noqa: E731
+    tasks = eval_tasks({
+        "anchor": [item("1+1=", "2", "add", 1), item("9-1=", "8", "sub", 1)],
+        "refreshed": [item("2+1=", "3", "add", 1)],
+        "mined": [item("5+5=", "10", "add", 1)],
+        "public": [item("3+3=", "6", "add", 1)],
+    })
+    challenger, champion = np.array([1, 0, 1, 1, 1.0]), np.array([0, 0, 1, 0, 0.0])
+    scored = Scored(tasks, [challenger, champion])
+    slices = scored.slices()
+    assert list(slices) == ["add/1", "sub/1", "mined/add"]
+    assert slices["add/1"].challenger.tolist() == [1, 1] and slices["add/1"].champion.tolist() == [0, 1]
+    leaks = scored.leak_pairs({("add", 1)})
+    seen, unseen = leaks["anchor"]
+    assert seen.challenger.tolist() == [1] and unseen.challenger.tolist() == [1]  # anchor add/1 vs refreshed add/1
+    assert leaks["public"][0].champion.tolist() == [0]
+    assert scored.anchor_mean(0, {("add", 1), ("sub", 1)}) == 0.5
+    assert scored.anchor_mean(1, {("add", 1), ("sub", 1)}, skill="add") == 0.0
+    alone = Scored(tasks, [challenger]).slices()["sub/1"]
+    assert alone.champion is None and alone.challenger.tolist() == [0]
+
+
+def test_retry_prompts_are_distinct_askable_newest_first_and_never_held_out_eval_items():
+    prompts = [f"{a}+{a}=" for a in range(200)]
+    held_out = [p for p in prompts if is_mined_holdout(R.prompt_hash(p), 0.2)]
+    assert held_out  # the split holds some of them out
+    newest = next(p for p in reversed(prompts) if p not in held_out)
+    down = ["not arithmetic", newest, newest, *prompts]  # the warehouse's order: newest first
+    retried = retry_prompts(R, down, 0.2, limit=50)
+    assert len(retried) == 50 and len(set(retried)) == 50 and "not arithmetic" not in retried
+    assert not set(retried) & set(held_out)
+    assert retried[0] == newest and retried[1:] == [p for p in prompts if p not in held_out and p != newest][:49]
+
+
+def test_a_retry_after_a_turned_down_candidate_gets_a_new_seed_and_the_same_turn_the_same_one():
+    assert turn_seed(0, "3", 0) == turn_seed(0, 3, 0) != turn_seed(0, "3", 1)
+    assert turn_seed(1, "3", 0) != turn_seed(0, "3", 0)
+
+
+def test_a_checkpoint_rebuilds_the_same_model_and_never_unpickles_code():
+    torch.manual_seed(0)
+    module = R.build_model(3e-3, 10, size="tiny-places")
+    again = R.load_checkpoint(R.checkpoint(module))
+    assert R.model_config(again) == R.model_config(module)
+    assert all(torch.equal(a, b) for a, b in zip(module.state_dict().values(), again.state_dict().values(),
+                                                 strict=True))
+
+    class Payload:
+        def __reduce__(self):
+            return (print, ("code ran",))
+
+    buffer = io.BytesIO()
+    torch.save({"config": R.model_config(module), "state_dict": module.state_dict(), "x": Payload()}, buffer)
+    with pytest.raises(pickle.UnpicklingError):
+        R.load_checkpoint(buffer.getvalue())
