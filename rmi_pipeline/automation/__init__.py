@@ -1,1 +1,1 @@
-"""Jobs and sensors: how the loop is started, by a person or by new feedback."""
+"""How the loop turns: jobs, sensors, schedules and alerts, and a sensor tick run in this process (in_process.py)."""

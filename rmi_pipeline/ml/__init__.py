@@ -1,1 +1,2 @@
-"""Model code with no orchestration in it: the transformer, decoding and the training loop."""
+"""Framework code with no orchestration in it: the transformer, decoding, training, the gate, scoring, and the
+methods by which a champion teaches its successor. Each function takes plain values and small settings groups."""

@@ -1,4 +1,5 @@
-"""Dagster resources: the loop's handles on storage, the warehouse, the model registry and alerts."""
+"""Dagster resources: the loop's settings and its handles on storage, the warehouse, the model registry, the
+training launcher and alerts; layout.py says where each thing lives in the stores."""
 
 from __future__ import annotations
 
