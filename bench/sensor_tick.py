@@ -31,8 +31,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     os.environ["RMI_HOME"] = tempfile.mkdtemp(prefix="rmi-bench-sensor-")
-    from dagster import DagsterInstance, build_sensor_context
+    from dagster import AssetMaterialization, DagsterInstance, build_sensor_context
 
+    from rmi_pipeline.assets import feedback_events
     from rmi_pipeline.assets.partitions import feedback_batches
     from rmi_pipeline.automation.sensors import new_feedback_sensor
     from rmi_pipeline.cli.home import prepare_home
@@ -50,7 +51,11 @@ def main() -> None:
         (folder / name).write_bytes(b"{}\n")
     instance = DagsterInstance.get()
     instance.add_dynamic_partitions(feedback_batches.name, known)
-    context = lambda: build_sensor_context(instance=instance, resources={"storage": storage})  # noqa: E731
+    for name in known:  # landed: feedback_events has materialized each of them
+        instance.report_runless_asset_event(AssetMaterialization(feedback_events.key, partition=name))
+    resources = build_resources(settings)
+    context = lambda: build_sensor_context(  # noqa: E731
+        instance=instance, resources={k: resources[k] for k in ("settings", "storage", "notifier")})
 
     listing, names = best_of(args.repeat, lambda: storage.list(layout.INCOMING))
     tick, result = best_of(args.repeat, lambda: new_feedback_sensor(context()))

@@ -91,6 +91,12 @@ class Settings(BaseSettings):
     max_text_chars: int = Field(default=4096, description="Longer text in any field (or meta) is quarantined, "
                                 "not truncated.")
     max_bad_share: float = Field(default=0.5, description="A batch with more bad rows than this fails its check.")
+    warehouse_lock_timeout_seconds: float = Field(default=300.0, description="How long a writer waits for another "
+                                                  "process's hold on the DuckDB warehouse before it gives up.")
+    ingest_retries: int = Field(default=3, description="Times a batch whose ingest failed or died is ingested "
+                                "again before a person is alerted.")
+    ingest_backoff_seconds: float = Field(default=30.0, description="Wait before a batch is ingested again; doubles "
+                                          "with each failed attempt.")
 
     # training
     bootstrap_steps: int = Field(default=3000, description="Steps of the first model, trained from scratch.")

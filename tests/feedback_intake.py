@@ -32,8 +32,8 @@ class Intake:
 
         from rmi_pipeline.automation.sensors import new_feedback_sensor
 
-        result = new_feedback_sensor(build_sensor_context(instance=self.instance,
-                                                          resources={"storage": self.storage}))
+        resources = {k: self.resources[k] for k in ("settings", "storage", "notifier")}
+        result = new_feedback_sensor(build_sensor_context(instance=self.instance, resources=resources))
         for request in getattr(result, "dynamic_partitions_requests", None) or []:
             self.instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
         return result

@@ -79,11 +79,14 @@ def test_sensor_finds_every_new_batch_whatever_its_name_and_skips_known_ones(int
     storage = resources["storage"]
     for name in ["zzz.jsonl", "aaa.jsonl.gz", "m.parquet", "notes.txt", ".hidden.jsonl"]:
         storage.write_bytes(layout.incoming(name), b"")
-    result = new_feedback_sensor(build_sensor_context(instance=instance, resources={"storage": storage}))
+    tick = lambda: new_feedback_sensor(build_sensor_context(  # noqa: E731
+        instance=instance, resources={k: resources[k] for k in ("settings", "storage", "notifier")}))
+    result = tick()
     keys = sorted(r.partition_key for r in result.run_requests)
     assert keys == ["aaa.jsonl.gz", "m.parquet", "zzz.jsonl"]
     assert all(r.run_key == r.partition_key for r in result.run_requests)
     instance.add_dynamic_partitions("feedback_batch", keys)
     storage.write_bytes(layout.incoming("0-earlier-name.jsonl"), b"")
-    again = new_feedback_sensor(build_sensor_context(instance=instance, resources={"storage": storage}))
-    assert [r.partition_key for r in again.run_requests] == ["0-earlier-name.jsonl"]
+    again = tick()  # the three never ran: asked for again under the same run key, which the daemon runs once
+    assert sorted(r.partition_key for r in again.run_requests) == ["0-earlier-name.jsonl", *keys]
+    assert all(r.run_key == r.partition_key for r in again.run_requests)

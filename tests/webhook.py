@@ -5,8 +5,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 
-def serve_hook(bodies: list) -> HTTPServer:
-    """Start the receiver in a thread; stop it with .shutdown()."""
+def serve_hook(bodies: list, port: int = 0) -> HTTPServer:
+    """Start the receiver in a thread (on `port`, or any free one); stop it with .shutdown()."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
@@ -17,6 +17,6 @@ def serve_hook(bodies: list) -> HTTPServer:
         def log_message(self, *args):
             pass
 
-    server = HTTPServer(("127.0.0.1", 0), Handler)
+    server = HTTPServer(("127.0.0.1", port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server

@@ -71,7 +71,7 @@ def check_batch(storage: ObjectStore, name: str, settings: Settings) -> tuple[di
     for q in parsed.quarantined:
         reasons[q["reason"]] = reasons.get(q["reason"], 0) + 1
     summary = {"rows_in": rows_in, "valid": events.height, "quarantined": len(parsed.quarantined),
-               "duplicates_in_batch": parsed.duplicates}
+               "duplicates_in_batch": parsed.duplicates, "quarantined_whole": not passed}
     storage.write_json(layout.validated_summary(name), summary)
     check = {
         "passed": passed, "bad_share": round(bad_share, 4), "limit": settings.max_bad_share,

@@ -28,7 +28,8 @@ def champion(context: AssetExecutionContext, storage: ObjectStore, registry: Mod
         context.log.info(f"champion unchanged: challenger v{challenger.version} rejected: {decision['reason']}")
         return
     current = registry.version(CHAMPION)
-    if (current.version if current else None) != report["champion_version"]:
+    # the champion may already be this challenger: a promotion that died after its alias write is completed
+    if (current.version if current else None) not in (report["champion_version"], challenger.version):
         raise RuntimeError(f"the champion moved since challenger v{challenger.version} was evaluated against "
                            f"v{report['champion_version']}; evaluate again before promoting")
     previous = registry.promote(challenger.version, {

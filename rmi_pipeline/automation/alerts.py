@@ -1,6 +1,14 @@
-"""Alerts when a person must act: any failed run of the loop (a failed blocking check fails its run too)."""
+"""Alerts when a person must act: any failed run of the loop (a failed blocking check fails its run too), and the
+outbox of alerts a webhook did not take, sent again until it does."""
 
-from dagster import DefaultSensorStatus, RunFailureSensorContext, run_failure_sensor
+from dagster import (
+    DefaultSensorStatus,
+    RunFailureSensorContext,
+    SensorEvaluationContext,
+    SkipReason,
+    run_failure_sensor,
+    sensor,
+)
 
 from ..resources.notifier import Notifier
 
@@ -14,3 +22,11 @@ def run_failure_alert(context: RunFailureSensorContext, notifier: Notifier):
              for e in context.get_step_failure_events() if e.event_specific_data and e.event_specific_data.error]
     why = "; ".join(steps) or context.failure_event.message or "no message"
     notifier.notify("failure", f"{run.job_name} failed: {why[:500]}", key=f"failure-{run.run_id}", run_id=run.run_id)
+
+
+@sensor(default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=60,
+        description="Every minute: sends again the alerts the webhook did not take (down, refusing, an HTTP error), "
+                    "so an outage of the chat delays an alert but never loses it.")
+def alert_outbox(context: SensorEvaluationContext, notifier: Notifier):
+    waiting = notifier.flush()
+    return SkipReason(f"{waiting} alert(s) wait for the webhook" if waiting else "no alert waits")

@@ -1,11 +1,14 @@
 """A sensor tick and the runs it asks for, executed in this process instead of by the daemon.
 
 `rmi run`, `rmi feedback ingest`, the benches and the tests turn the loop this way: the same sensor and jobs the
-daemon would run, on the same Dagster instance, so what they record is what a deployment records.
+daemon would run, on the same Dagster instance, so what they record is what a deployment records. Each run is
+tagged with this process, so that if it is killed a later process marks the run failed (dead_runs.py) and the
+batch it held is ingested again.
 """
 
 from __future__ import annotations
 
+from .dead_runs import fail_dead_runs, process_tags
 from .jobs import ingest_feedback
 from .sensors import new_feedback_sensor
 
@@ -17,25 +20,35 @@ def ingest_new_batches(defs, instance) -> dict:
     """One tick of new_feedback_sensor, with its ingest runs executed here; the counts of every batch, summed."""
     from dagster import build_sensor_context
 
-    from ..assets.feedback import feedback_events
-
+    fail_dead_runs(instance, defs.resources["registry"])  # a batch a killed process held is ingested again
     sensor = defs.resolve_sensor_def(new_feedback_sensor.name)
     resources = {key: defs.resources[key] for key in sensor.required_resource_keys}
     result = sensor(build_sensor_context(instance=instance, resources=resources))
-    totals = {"batches": 0, **dict.fromkeys(INGEST_COUNTS, 0), "failed": 0}
+    totals = {"batches": 0, **dict.fromkeys(INGEST_COUNTS, 0), "failed": 0, "already_landing": 0}
     if not hasattr(result, "run_requests"):
         return totals
     for request in result.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-    job = defs.resolve_job_def(ingest_feedback.name)
     for run in result.run_requests or []:
-        out = job.execute_in_process(instance=instance, partition_key=run.partition_key, raise_on_error=False,
-                                     run_config=QUIET_LOGS, tags=dict(run.tags))
-        totals["batches"] += 1
-        totals["failed"] += not out.success
-        for event in out.get_asset_materialization_events():
-            if event.asset_key == feedback_events.key:
-                meta = event.materialization.metadata
-                for key in INGEST_COUNTS:
-                    totals[key] += meta[key].value
+        counts = ingest_batch(defs, instance, run.partition_key, dict(run.tags))
+        for key, value in counts.items():
+            totals[key] = totals.get(key, 0) + value
     return totals
+
+
+def ingest_batch(defs, instance, name: str, tags: dict[str, str]) -> dict:
+    """The ingest job on one batch, here and now, unless another process is landing it; its counts."""
+    from ..assets.feedback import feedback_events
+    from .batches import batch_states
+
+    settings, storage = defs.resources["settings"], defs.resources["storage"]
+    if batch_states(instance, [name], storage, settings)[name].state == "landing":
+        return {"already_landing": 1}
+    out = defs.resolve_job_def(ingest_feedback.name).execute_in_process(
+        instance=instance, partition_key=name, raise_on_error=False, run_config=QUIET_LOGS,
+        tags={**tags, **process_tags()})
+    counts = {"batches": 1, "failed": int(not out.success)}
+    for event in out.get_asset_materialization_events():
+        if event.asset_key == feedback_events.key:
+            counts |= {key: event.materialization.metadata[key].value for key in INGEST_COUNTS}
+    return counts

@@ -29,23 +29,44 @@ from .jobs import improvement_cycle, ingest_feedback
 
 @sensor(job=ingest_feedback, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
         description="Every 30 s: each batch file new in feedback/incoming/ (.jsonl, .jsonl.gz, .parquet) becomes a "
-                    "feedback_batch partition and an ingest_feedback run. Names Dagster cannot take are warned about.")
-def new_feedback_sensor(context: SensorEvaluationContext, storage: ObjectStore):
-    """Compares the landed files with the known partitions, so no file is missed whatever its name."""
-    known = set(context.instance.get_dynamic_partitions(feedback_batches.name))
-    names = [key.rsplit("/", 1)[-1] for key in storage.list(layout.INCOMING)]
+                    "feedback_batch partition and an ingest_feedback run; a batch whose ingest failed or died is "
+                    "ingested again (RMI_INGEST_RETRIES, doubling backoff), then a person is alerted. Files it "
+                    "cannot take (names Dagster refuses, links) are named in the tick's log.")
+def new_feedback_sensor(context: SensorEvaluationContext, settings: ResourceParam[Settings], storage: ObjectStore,
+                        notifier: Notifier):
+    """Compares the landed files with the batches that landed in the warehouse, so no file is missed or stranded."""
+    from .batches import batch_states
+
+    files, others = storage.listing(layout.INCOMING)
+    names = [key.rsplit("/", 1)[-1] for key in files]
     batches = [n for n in names if is_batch_file(n)]
-    new = [n for n in batches if n not in known and can_be_partition(n)]
     unusable = [n for n in batches if not can_be_partition(n)]
     if unusable:  # said on every tick, in the sensor's log in the UI, until someone renames the file
         context.log.warning(f"batch files whose names cannot be partitions (rename them): {unusable[:10]}")
-    if not new:
+    if others:
+        context.log.warning(f"skipped in {layout.INCOMING}/, not plain files: {others[:10]}")
+    states = batch_states(context.instance, [n for n in batches if can_be_partition(n)], storage,
+                          settings)
+    for batch in states.values():
+        if batch.state == "given_up":
+            context.log.warning(f"batch {batch.name} failed to land {batch.attempts} times; not tried again")
+            notifier.notify("ingest", f"feedback batch {batch.name} failed to land {batch.attempts} times and is not "
+                            "tried again: its file stays in incoming/. Fix the cause, then `rmi feedback ingest`.",
+                            key=f"ingest-given-up-{batch.name}", run_id=batch.last_run_id)
+        elif batch.state == "backoff":
+            context.log.info(f"batch {batch.name}: attempt {batch.attempts} failed; next in {batch.wait_seconds:.0f} s")
+    todo = [b for b in states.values() if b.state in ("new", "retry")]
+    if not todo:
         ignored = len(names) - len(batches)
+        waiting = sum(b.state in ("landing", "backoff") for b in states.values())
         return SkipReason(f"no new feedback batch among {len(names)} files"
+                          + (f"; {waiting} landing or waiting to retry" if waiting else "")
                           + (f"; {ignored} ignored, not {' / '.join(SUFFIXES)}" if ignored else ""))
     return SensorResult(
-        run_requests=[RunRequest(partition_key=n, run_key=n, tags={"rmi/trigger": "new_feedback"}) for n in new],
-        dynamic_partitions_requests=[feedback_batches.build_add_request(new)],
+        run_requests=[RunRequest(partition_key=b.name, run_key=f"{b.name}#{b.attempts + 1}" if b.attempts else b.name,
+                                 tags={"rmi/trigger": "retry" if b.attempts else "new_feedback",
+                                       "rmi/attempt": str(b.attempts + 1)}) for b in todo],
+        dynamic_partitions_requests=[feedback_batches.build_add_request([b.name for b in todo if b.state == "new"])],
     )
 
 

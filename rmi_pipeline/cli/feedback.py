@@ -27,6 +27,8 @@ def add_feedback_commands(subparsers) -> None:
     ingest = sub.add_parser("ingest", help="validate a feedback file, land it and ingest it now")
     ingest.add_argument("path", type=Path, help="a .jsonl, .jsonl.gz or .parquet file of schema v1 events")
     ingest.add_argument("--dry-run", action="store_true", help="validate and report only; land nothing")
+    ingest.add_argument("--follow-symlinks", action="store_true", help="read the file a link points to (refused "
+                        "by default: the link, not what it names, is what was handed over)")
     ingest.set_defaults(fn=cmd_ingest)
     stats = sub.add_parser("stats", help="thumbs-down by model, skill and tier; failing prompts; corrections")
     stats.add_argument("--days", type=int, default=7, help="days of the per-day table, up to the latest")
@@ -41,6 +43,8 @@ def cmd_ingest(args) -> int:
 
     settings = Settings()
     path, name = args.path, args.path.name
+    if path.is_symlink() and not args.follow_symlinks:
+        raise ValueError(f"{path} is a symbolic link; pass --follow-symlinks to read the file it points to")
     if not path.is_file():
         raise FileNotFoundError(f"not a file: {path}")
     if not is_batch_file(name) or not can_be_partition(name):
@@ -63,24 +67,40 @@ def cmd_ingest(args) -> int:
     prepare_home(settings)
     from dagster import DagsterInstance
 
-    from ..automation.in_process import ingest_new_batches
+    from ..automation.batches import batch_states
+    from ..automation.dead_runs import fail_dead_runs
+    from ..automation.in_process import ingest_batch
     from ..definitions import build_definitions
 
     defs = build_definitions(settings)
     instance = DagsterInstance.get()
     storage = defs.resources["storage"]
     key = layout.incoming(name)
-    if name in instance.get_dynamic_partitions(feedback_batches.name) or storage.exists(key):
+    fail_dead_runs(instance, defs.resources["registry"])  # a run killed while landing it is not "landing"
+    batch = batch_states(instance, [name], storage, settings)[name]
+    if batch.state in ("landed", "quarantined"):
         raise ValueError(f"a batch named {name} has already landed; give new feedback a new file name")
+    if batch.state == "landing":
+        raise ValueError(f"a batch named {name} is already landing (run {batch.last_run_id}); wait for it")
+    if storage.exists(key) and storage.read_bytes(key) != data:
+        raise ValueError(f"another file named {name} waits in {storage.uri(layout.INCOMING)} to land; give this "
+                         "feedback a new file name")
     storage.write_bytes(key, data)
-    totals = ingest_new_batches(defs, instance)
-    say(f"landed {storage.uri(key)}; ingested {totals['batches']} batch(es): {totals['rows_in']} rows in, "
-        f"{totals['ingested']} new events, {totals['duplicates']} duplicates, {totals['quarantined']} quarantined")
-    if totals["quarantined"]:
+    if batch.state == "new":
+        instance.add_dynamic_partitions(feedback_batches.name, [name])
+    else:  # its ingest failed or died before: this is attempt batch.attempts + 1
+        say(f"{name} did not land before ({batch.attempts} attempt(s)); ingesting it again")
+    counts = ingest_batch(defs, instance, name, {"rmi/trigger": "rmi-feedback-ingest"})
+    if counts.get("already_landing"):
+        raise ValueError(f"a batch named {name} is already landing in another process; wait for it")
+    if counts["failed"]:
+        say(f"{name} did not land: its ingest run failed; `rmi ui` shows why, and the sensor tries it again")
+        return 1
+    say(f"landed {storage.uri(key)}; ingested 1 batch(es): {counts['rows_in']} rows in, {counts['ingested']} new "
+        f"events, {counts['duplicates']} duplicates, {counts['quarantined']} quarantined")
+    if counts["quarantined"]:
         say(f"quarantined rows and their reasons: {storage.uri(layout.quarantine(name))}")
-    if totals["failed"]:
-        say(f"{totals['failed']} ingest run(s) failed; `rmi ui` shows why")
-    return 1 if totals["failed"] else 0
+    return 0
 
 
 def cmd_stats(args) -> int:

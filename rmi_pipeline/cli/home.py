@@ -27,10 +27,14 @@ def prepare_home(settings: Settings, fresh: bool = False) -> Path:
             shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
     settings.dagster_home.mkdir(parents=True, exist_ok=True)
     config = settings.dagster_home / "dagster.yaml"
-    if template.exists():
-        shutil.copyfile(template, config)
-    elif not config.exists():
-        config.write_text("telemetry:\n  enabled: false\n")
+    text = template.read_text() if template.exists() else None  # outside a checkout: keep the one there is
+    if text is None and not config.exists():
+        text = "telemetry:\n  enabled: false\n"
+    if text is not None and (not config.exists() or config.read_text() != text):
+        # written aside and moved into place: another rmi process may be reading it
+        partial = config.with_suffix(f".{os.getpid()}.partial")
+        partial.write_text(text)
+        partial.replace(config)
     os.environ["RMI_HOME"] = str(home)  # runs and `dagster dev` children see the same settings
     os.environ["DAGSTER_HOME"] = str(settings.dagster_home)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")

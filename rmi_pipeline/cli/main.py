@@ -107,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     except (LookupError, FileNotFoundError, ValueError, RuntimeError) as exc:
         print(f"rmi {args.command}: {exc}", file=sys.stderr)
         return 2
+    except (ConnectionError, TimeoutError) as exc:  # a store or the warehouse out of reach: nothing was changed
+        print(f"rmi {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

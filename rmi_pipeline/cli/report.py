@@ -120,6 +120,27 @@ def write_summary(records: list[CycleRecord], path: Path) -> None:
     path.write_text(json.dumps([asdict(r) for r in records], indent=1, default=str))
 
 
+def _batches(settings, storage) -> list[str]:
+    """The feedback batches that have not landed, and why."""
+    from dagster import DagsterInstance
+
+    from ..automation.batches import batch_states
+    from ..resources import layout
+    from ..schema import is_batch_file
+
+    files, others = storage.listing(layout.INCOMING)
+    names = [k.rsplit("/", 1)[-1] for k in files if is_batch_file(k.rsplit("/", 1)[-1])]
+    states = batch_states(DagsterInstance.get(), names, storage, settings)
+    pending = [b for b in states.values() if b.state != "landed"]
+    lines = [f"feedback batches: {len(names) - len(pending)} of {len(names)} landed"]
+    why = {"new": "not ingested yet", "retry": "failed, to be ingested again", "landing": "landing now",
+           "backoff": "failed, ingested again soon", "quarantined": "quarantined whole (too many bad rows)",
+           "given_up": "failed every attempt: a person must look"}
+    lines += [f"  {b.name}: {why[b.state]} ({b.attempts} attempt(s))" for b in pending[:10]]
+    lines += [f"  skipped, not a plain file: {name}" for name in others[:10]]
+    return lines
+
+
 def status_text(settings) -> str:
     from ..resources import build_resources
 
@@ -133,6 +154,13 @@ def status_text(settings) -> str:
         else:
             lines.append(f"  {alias}: v{mv.version}  anchor mean {mv.tags.get('eval_anchor_mean', '?')}  "
                          f"dataset {mv.tags.get('dataset_version', '?')}  gate {mv.tags.get('gate_verdict', '?')}")
+    lines += _batches(settings, res["storage"])
+    waiting = res["notifier"].undelivered()
+    if waiting:
+        lines.append(f"alerts: {len(waiting)} not delivered yet (the webhook did not take them; sent again every "
+                     "minute by alert_outbox):")
+        lines += [f"  {key}: {a['tries']} tries, last {a.get('last_error', '?')}"
+                  for key, a in list(waiting.items())[:5]]
     quality = warehouse.query("SELECT * FROM feedback_quality")
     total = int(quality["events"].sum()) if len(quality) else 0
     lines.append(f"warehouse: {total} feedback events")

@@ -14,6 +14,7 @@ def cmd_run(args) -> int:
     say(f"rmi run: {args.cycles} improvement cycles after a first model; state in {home}")
     from dagster import DagsterInstance
 
+    from ..automation.dead_runs import fail_dead_runs, process_tags
     from ..automation.in_process import QUIET_LOGS, ingest_new_batches
     from ..automation.jobs import improvement_cycle
     from ..definitions import build_definitions
@@ -23,6 +24,8 @@ def cmd_run(args) -> int:
 
     defs = build_definitions(settings)
     instance = DagsterInstance.get()
+    for run_id in fail_dead_runs(instance, defs.resources["registry"]):  # left by an earlier, killed `rmi run`
+        say(f"run {run_id} was left unfinished by a process that is gone: marked failed")
     world = World(settings)
     if world.ensure_eval_suite():
         say("curators wrote the private eval suite")
@@ -44,7 +47,7 @@ def cmd_run(args) -> int:
         say(f"[cycle {cycle}] improvement cycle: dataset -> training -> evaluation -> gate")
         result = defs.resolve_job_def(improvement_cycle.name).execute_in_process(
             instance=instance, raise_on_error=False, run_config=QUIET_LOGS,
-            tags={"rmi/cycle": str(cycle), "rmi/trigger": "rmi-run"})
+            tags={"rmi/cycle": str(cycle), "rmi/trigger": "rmi-run", **process_tags()})
         record.read_cycle_run(result, instance)
         say(record.progress_line())
         if not result.success:
@@ -52,6 +55,8 @@ def cmd_run(args) -> int:
                 f"{result.run_id}.")
         records.append(record)
         if cycle == 0 and world.registry.version(CHAMPION) is None:
+            if not result.success:
+                break  # said above: the run failed, not the first model
             say("[cycle 0] no first model reached the floor, so nothing can serve users yet; try more "
                 "RMI_BOOTSTRAP_STEPS or a lower RMI_GATE_FIRST_FLOOR")
             break

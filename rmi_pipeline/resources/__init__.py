@@ -21,7 +21,8 @@ def build_resources(settings: Settings) -> dict:
         "storage": ObjectStore(url=settings.resolved_storage_url, endpoint_url=settings.s3_endpoint_url),
         # sealed: only evaluation assets take it
         "eval_store": ObjectStore(url=settings.resolved_eval_url, endpoint_url=settings.s3_endpoint_url),
-        "warehouse": Warehouse(path=str(settings.resolved_warehouse_path)),
+        "warehouse": Warehouse(path=str(settings.resolved_warehouse_path),
+                               lock_timeout_seconds=settings.warehouse_lock_timeout_seconds),
         # the webhook is a secret: Dagster shows it as an environment variable, never its value
         "notifier": Notifier(webhook_url=EnvVar("RMI_ALERT_WEBHOOK_URL") if settings.alert_webhook_url else None,
                              ui_url=settings.ui_url,

@@ -1,18 +1,24 @@
 """Alerts for a person: Slack-compatible webhook JSON, sent once per event, each with a link to its run.
 
-With no webhook URL set, alerts go to the log only. Dedupe state is a small JSON file under RMI_HOME so
-that sensors, runs and restarts share it.
+With no webhook URL set, alerts go to the log only. An alert the webhook does not take (down, refusing, an HTTP
+error) waits in an outbox and is sent again on the next alert or by run_failure_alert's tick: the step that raised
+it has done its work, so a failed delivery never fails it. State (sent keys, the outbox) is a small JSON file under
+RMI_HOME, shared by sensors, runs and restarts under a file lock. The webhook URL is a secret: no log or error
+names it.
 """
 
 import json
 import logging
+import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 from dagster import ConfigurableResource
 
 log = logging.getLogger("rmi.alerts")
+TIMEOUT_SECONDS = 10
 
 
 class Notifier(ConfigurableResource):
@@ -24,19 +30,70 @@ class Notifier(ConfigurableResource):
         return f"{self.ui_url.rstrip('/')}/runs/{run_id}"
 
     def notify(self, kind: str, text: str, key: str, run_id: str | None = None) -> bool:
-        """Send one alert (`kind`: failure, regression, budget, promotion); False if `key` was already sent."""
-        state = Path(self.state_path)
-        sent = json.loads(state.read_text()) if state.exists() else {}
-        if key in sent:
-            return False
-        link = f" <{self.run_link(run_id)}|run {run_id[:8]}>" if run_id else ""
-        message = f"[rmi {kind}] {text}{link}"
-        log.warning(message)
-        if self.webhook_url:
-            request = urllib.request.Request(self.webhook_url, data=json.dumps({"text": message}).encode(),
-                                             headers={"Content-Type": "application/json"})
-            urllib.request.urlopen(request, timeout=10).close()
-        sent[key] = datetime.now(UTC).isoformat()
-        state.parent.mkdir(parents=True, exist_ok=True)
-        state.write_text(json.dumps(sent, indent=1))
+        """Raise one alert (`kind`: failure, regression, budget, promotion); False if `key` was raised before.
+        Never raises for a webhook that does not answer: the alert waits in the outbox."""
+        with self._state() as state:
+            if key in state["sent"] or key in state["outbox"]:
+                return False
+            link = f" <{self.run_link(run_id)}|run {run_id[:8]}>" if run_id else ""
+            message = f"[rmi {kind}] {text}{link}"
+            log.warning(message)
+            state["outbox"][key] = {"message": message, "raised_at": _now(), "tries": 0}
+            self._deliver(state)
         return True
+
+    def flush(self) -> int:
+        """Send what waits in the outbox; returns how many alerts still wait."""
+        with self._state() as state:
+            self._deliver(state)
+            return len(state["outbox"])
+
+    def undelivered(self) -> dict[str, dict]:
+        """The alerts the webhook has not taken yet, by key, with the last error."""
+        with self._state() as state:
+            return dict(state["outbox"])
+
+    def _deliver(self, state: dict) -> None:
+        for key, alert in list(state["outbox"].items()):
+            if self.webhook_url:
+                try:
+                    self._post(alert["message"])
+                except (urllib.error.URLError, OSError) as exc:
+                    alert["tries"] += 1
+                    alert["last_error"] = _reason(exc)
+                    log.warning(f"alert {key} not delivered ({alert['last_error']}); it waits in the outbox")
+                    continue
+            state["sent"][key] = _now()
+            del state["outbox"][key]
+
+    def _post(self, message: str) -> None:
+        request = urllib.request.Request(self.webhook_url, data=json.dumps({"text": message}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS).close()
+
+    @contextmanager
+    def _state(self):
+        from filelock import FileLock
+
+        path = Path(self.state_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(f"{path}.lock"):
+            state = json.loads(path.read_text()) if path.exists() else {}
+            if "sent" not in state:  # written before the outbox: {key: sent_at}
+                state = {"sent": state, "outbox": {}}
+            yield state
+            partial = path.with_suffix(".partial")
+            partial.write_text(json.dumps(state, indent=1))
+            partial.replace(path)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _reason(exc: Exception) -> str:
+    """Why a delivery failed, without the URL: HTTP 500, connection refused, timed out."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code}"
+    reason = getattr(exc, "reason", exc)
+    return getattr(reason, "strerror", None) or type(reason).__name__

@@ -1,6 +1,7 @@
 """The one place that talks to MLflow: runs, checkpoints, model versions and the champion/challenger aliases.
 
-Promotion is a single alias move, so a failed gate, run or crash can never leave the champion half-moved.
+Promotion is a single alias move, so a failed gate, run or crash can never leave the champion half-moved; the
+champion's history is reconciled with the alias whenever it is read.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dagster import ConfigurableResource
 
 CHAMPION, CHALLENGER = "champion", "challenger"
 CHECKPOINT = "checkpoint/model.pt"
+HISTORY = "champion_history"  # registered-model tag: the versions that have been champion, oldest first
 
 
 class ModelRegistry(ConfigurableResource):
@@ -51,6 +53,18 @@ class ModelRegistry(ConfigurableResource):
             client.set_terminated(run.info.run_id, "FAILED")
             raise
         client.set_terminated(run.info.run_id, "FINISHED")
+
+    def end_runs_of(self, dagster_run_id: str, status: str) -> int:
+        """End the MLflow runs still RUNNING that a Dagster run started (its process died); returns how many."""
+        client = self.client()
+        experiment = client.get_experiment_by_name(self.experiment)
+        if experiment is None:
+            return 0
+        runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.dagster_run_id = '{dagster_run_id}' "
+                                  "and attributes.status = 'RUNNING'")
+        for run in runs:
+            client.set_terminated(run.info.run_id, status)
+        return len(runs)
 
     def version(self, alias: str):
         """The model version behind an alias, or None."""
@@ -123,13 +137,24 @@ class ModelRegistry(ConfigurableResource):
         return recipe.load_checkpoint(self.checkpoint(reference)[1]).eval()
 
     def champion_history(self) -> list[str]:
-        """Versions that have been champion, oldest first (the alias's audit trail)."""
-        model = self.client().get_registered_model(self.model_name)
-        history = model.tags.get("champion_history", "")
-        return history.split(",") if history else []
+        """Versions that have been champion, oldest first, ending with the champion now.
+
+        The alias is the truth; the `champion_history` tag is written before each alias move and read up to the
+        alias's last entry, so a promotion or rollback killed between its writes leaves a whole history."""
+        client = self.client()
+        current = self.version(CHAMPION)
+        written = client.get_registered_model(self.model_name).tags.get(HISTORY, "")
+        history = written.split(",") if written else []
+        if current is None:
+            return []
+        now = str(current.version)
+        if now not in history:  # the alias was moved by hand, outside the loop
+            return history + [now]
+        return history[:len(history) - history[::-1].index(now)]
 
     def promote(self, version: str | int, tags: dict[str, str]) -> str | None:
-        """Move `champion` to `version` in one alias write; returns the version it left."""
+        """Move `champion` to `version`; returns the version it left. The history is written first, the alias moved
+        in one write, then the version is tagged as promoted: a kill at any point leaves a consistent state."""
         from mlflow.exceptions import MlflowException
 
         client = self.client()
@@ -137,25 +162,30 @@ class ModelRegistry(ConfigurableResource):
             client.get_model_version(self.model_name, str(version))
         except MlflowException:
             raise LookupError(f"model {self.model_name!r} has no version {version}") from None
-        previous = self.version(CHAMPION)
-        self.tag(version, {**tags, "previous_champion": previous.version if previous else "none"})
-        client.set_registered_model_alias(self.model_name, CHAMPION, str(version))
-        history = self.champion_history() + [str(version)]
-        client.set_registered_model_tag(self.model_name, "champion_history", ",".join(history[-200:]))
-        return str(previous.version) if previous else None
+        history = self.champion_history()
+        if history[-1:] == [str(version)]:  # already champion: a promotion that died after its alias write
+            previous = history[-2] if len(history) > 1 else None
+        else:
+            previous = history[-1] if history else None
+            self._write_history(history + [str(version)])
+            client.set_registered_model_alias(self.model_name, CHAMPION, str(version))
+        self.tag(version, {**tags, "previous_champion": previous or "none"})
+        return previous
 
     def rollback(self, tags: dict[str, str]) -> tuple[str, str]:
         """Move `champion` back to the version that held it before; returns (from, to)."""
         client = self.client()
         history = self.champion_history()
-        current = self.version(CHAMPION)
-        if current is None or len(history) < 2 or history[-1] != str(current.version):
+        if len(history) < 2:
             raise LookupError("there is no earlier champion to roll back to")
-        back = history[-2]
+        current, back = history[-1], history[-2]
+        client.set_registered_model_alias(self.model_name, CHAMPION, back)  # the history then reads up to `back`
+        self._write_history(history[:-1])
         self.tag(back, tags)
-        client.set_registered_model_alias(self.model_name, CHAMPION, back)
-        client.set_registered_model_tag(self.model_name, "champion_history", ",".join(history[:-1]))
-        return str(current.version), back
+        return current, back
+
+    def _write_history(self, history: list[str]) -> None:
+        self.client().set_registered_model_tag(self.model_name, HISTORY, ",".join(history[-200:]))
 
     def tag(self, version: str | int, tags: dict[str, str]) -> None:
         client = self.client()

@@ -2,18 +2,47 @@
 
 On S3, credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile,
 an instance role), never from Dagster config, so they never show in the UI or in run logs. Only the endpoint
-of an S3-compatible server (MinIO, a local S3) is configuration.
+of an S3-compatible server (MinIO, a local S3) is configuration. A store that cannot be reached is one error,
+StoreUnreachable, within a bounded time (a few seconds of connection attempts), never a page of botocore.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
+import uuid
 from typing import Any
 
 from dagster import ConfigurableResource
 from pydantic import Field
+
+S3_CONNECTION = {"connect_timeout": 5, "retries": {"max_attempts": 2, "mode": "standard"}}
+
+
+class StoreUnreachable(ConnectionError):
+    """The object store did not answer: `cannot reach s3://bucket (connection refused at ENDPOINT)`."""
+
+
+def _reachable(method):
+    """Connection failures of the store become one StoreUnreachable that names the store, not a traceback."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            from botocore.exceptions import ConnectionError as BotoConnectionError
+
+            if not isinstance(exc, BotoConnectionError | ConnectionRefusedError) or isinstance(exc, StoreUnreachable):
+                raise
+            endpoint = self.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or "AWS"
+            bucket = self.url.split("/")[2] if "://" in self.url else self.url
+            raise StoreUnreachable(f"cannot reach {self.url.split('://')[0]}://{bucket} (connection refused at "
+                                   f"{endpoint})") from None
+
+    return call
 
 
 class ObjectStore(ConfigurableResource):
@@ -29,6 +58,8 @@ class ObjectStore(ConfigurableResource):
         # arguments, and one made for another endpoint would otherwise be handed back
         endpoint = self.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3")
         options = {"endpoint_url": endpoint} if endpoint and self.is_s3 else {}
+        if self.is_s3:
+            options |= {"config_kwargs": S3_CONNECTION}
         return fsspec.core.url_to_fs(self.url, **options)
 
     @property
@@ -47,27 +78,40 @@ class ObjectStore(ConfigurableResource):
         fs.invalidate_cache(self.path(key))
         return fs
 
+    @_reachable
     def exists(self, key: str) -> bool:
         return self._fresh(key).exists(self.path(key))
 
+    @_reachable
     def list(self, prefix: str) -> list[str]:
-        """Keys of the files directly under `prefix`, sorted, as they are now (not as a cache remembers them)."""
+        """Keys of the plain files directly under `prefix`, sorted, as they are now (not as a cache remembers them)."""
+        return self.listing(prefix)[0]
+
+    @_reachable
+    def listing(self, prefix: str) -> tuple[list[str], list[str]]:
+        """(keys of the plain files, names of the other entries with what they are) directly under `prefix`: a
+        link or a folder is never read as a batch, and the operator is told which were passed over."""
         fs, root = self._fs()
         base = self.path(prefix)
         fs.invalidate_cache(base)  # s3fs caches listings: files landed by another process would stay unseen
         try:
             entries = fs.ls(base, detail=True)  # one listing call, with types: no request per file
         except FileNotFoundError:
-            return []
+            return [], []
         root = root.rstrip("/") + "/"
-        names = (e["name"] for e in entries if e["type"] == "file")
-        return sorted(p[len(root):] if p.startswith(root) else p for p in names)
+        key = lambda e: e["name"][len(root):] if e["name"].startswith(root) else e["name"]  # noqa: E731
+        files = sorted(key(e) for e in entries if e["type"] == "file" and not e.get("islink"))
+        others = sorted(f"{key(e).rsplit('/', 1)[-1]} ({'a link' if e.get('islink') else e['type']})"
+                        for e in entries if e["type"] != "file" or e.get("islink"))
+        return files, others
 
+    @_reachable
     def read_bytes(self, key: str) -> bytes:
         fs = self._fresh(key)
         with fs.open(self.path(key), "rb") as f:
             return f.read()
 
+    @_reachable
     def write_bytes(self, key: str, data: bytes) -> str:
         """Readers never see half a file: on disk, written aside and moved into place; on S3 a PUT is atomic."""
         fs, _ = self._fs()
@@ -77,7 +121,7 @@ class ObjectStore(ConfigurableResource):
             return self.uri(key)
         parent = final.rsplit("/", 1)[0]
         fs.makedirs(parent, exist_ok=True)
-        tmp = f"{parent}/.{final.rsplit('/', 1)[1]}.partial"
+        tmp = f"{parent}/.{final.rsplit('/', 1)[1]}.{uuid.uuid4().hex[:12]}.partial"  # a writer's own: never shared
         with fs.open(tmp, "wb") as f:
             f.write(data)
         fs.mv(tmp, final)

@@ -63,15 +63,14 @@ KEY = "hash(event_id)"  # id_key of an event: 64 bits, so a batch scans 8 bytes 
 
 class Warehouse(ConfigurableResource):
     path: str
+    lock_timeout_seconds: float = 300.0  # how long to wait for another process's writer lock
 
     @contextmanager
     def connect(self, read_only: bool = False):
-        import duckdb
-
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         if read_only and not Path(self.path).exists():
             read_only = False  # nothing to protect yet: create the empty warehouse
-        conn = duckdb.connect(self.path, read_only=read_only)
+        conn = self._open(read_only)
         try:
             if not read_only:
                 _drop_primary_key(conn)
@@ -80,6 +79,25 @@ class Warehouse(ConfigurableResource):
             yield conn
         finally:
             conn.close()
+
+    def _open(self, read_only: bool):
+        """A connection, once no other process holds the file: DuckDB allows one writing process at a time (and
+        no reader beside it), so concurrent ingests queue here, with backoff, for up to lock_timeout_seconds."""
+        import duckdb
+        from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+
+        held = lambda exc: isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()  # noqa: E731
+        try:
+            for attempt in Retrying(retry=retry_if_exception(held), stop=stop_after_delay(self.lock_timeout_seconds),
+                                    wait=wait_exponential(multiplier=0.05, max=2.0), reraise=True):
+                with attempt:
+                    return duckdb.connect(self.path, read_only=read_only)
+        except duckdb.IOException as exc:
+            if not held(exc):
+                raise
+            raise TimeoutError(f"the warehouse {self.path} is held by another process for more than "
+                               f"{self.lock_timeout_seconds:.0f} s (RMI_WAREHOUSE_LOCK_TIMEOUT_SECONDS): "
+                               f"{str(exc).splitlines()[0]}") from None
 
     def migrate(self) -> None:
         """Bring a warehouse file written by an older version up to this schema (new columns, the views)."""
