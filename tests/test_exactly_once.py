@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from dagster import (
@@ -55,6 +56,18 @@ else:
 
 def killed(*argv) -> int:
     return subprocess.run([sys.executable, "-c", KILLED, *argv], capture_output=True, timeout=300).returncode
+
+
+def training_program_of(session: int) -> bool:
+    """Whether a training program runs in the process session `session` (from /proc: no polling of MLflow)."""
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and os.getsid(int(entry)) == session and \
+                    b"rmi_pipeline.train_candidate" in open(f"/proc/{entry}/cmdline", "rb").read():
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def events_in(rmi_env) -> list[str]:
@@ -175,3 +188,32 @@ def test_an_unreachable_object_store_is_one_clear_line_and_exit_1(rmi_env, batch
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach s3://" in lines[0] and f"127.0.0.1:{port}" in lines[0], out.stderr
     assert "Traceback" not in out.stdout + out.stderr and "floor" not in out.stdout
+
+
+def test_a_cycle_killed_while_it_trains_moves_nothing_and_the_next_rmi_run_goes_on(rmi_env, monkeypatch, capsys):
+    for key, value in {"RMI_BOOTSTRAP_STEPS": "60", "RMI_EVAL_ITEMS_PER_SLICE": "10", "RMI_GATE_FIRST_FLOOR": "0",
+                       "RMI_REFRESHED_ITEMS_PER_SLICE": "10", "RMI_GATE_RESAMPLES": "100"}.items():
+        monkeypatch.setenv(key, value)
+    proc = subprocess.Popen([sys.executable, "-m", "rmi_pipeline.cli.main", "run", "--cycles", "0", "--fresh"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    for _ in range(1200):  # until the training program it launched through Pipes is running
+        if proc.poll() is not None or training_program_of(proc.pid):
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, "rmi run ended before it trained"
+    time.sleep(1.0)  # into the fit
+    os.killpg(proc.pid, signal.SIGKILL)  # rmi run and the training program it started
+    proc.wait()
+    registry = build_resources(Settings())["registry"]
+    training = registry.client().search_runs([registry.client().get_experiment_by_name(registry.experiment)
+                                              .experiment_id])
+    assert [r.info.status for r in training] == ["RUNNING"] and registry.version("champion") is None
+
+    assert main(["run", "--cycles", "0"]) == 0  # the documented recovery: run again
+    assert "was left unfinished by a process that is gone: marked failed" in capsys.readouterr().out
+    from dagster import DagsterInstance
+
+    runs = {r.run_id: r.status.value for r in DagsterInstance.get().get_runs()}
+    assert sorted(runs.values()) == ["FAILURE", "SUCCESS"]
+    assert registry.client().get_run(training[0].info.run_id).info.status == "FAILED"
+    assert registry.version("champion") is not None  # the loop went on

@@ -112,6 +112,7 @@ def test_a_file_put_by_another_client_is_seen_on_the_next_tick(s3_intake, s3_end
     intake, _, root = s3_intake
     intake.land("first.jsonl", event(1).encode())
     assert [r.partition_key for r in intake.tick().run_requests] == ["first.jsonl"]
+    assert intake.ingest("first.jsonl")[0].success  # landed: never asked for again
     client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
     prefix = root.split("/", 1)[1]
     client.put_object(Bucket=BUCKET, Key=f"{prefix}/{layout.incoming('second.jsonl')}", Body=event(2).encode())

@@ -46,8 +46,7 @@ def _pid_of(instance, run) -> int | None:
     """The process of a run on this machine, or None where it cannot be told from here."""
     if PID in run.tags:
         return int(run.tags[PID]) if run.tags.get(HOST) == socket.gethostname() else None
-    from dagster import DagsterEventType
-    from dagster._core.launcher import DefaultRunLauncher
+    from dagster import DagsterEventType, DefaultRunLauncher
 
     if not isinstance(instance.run_launcher, DefaultRunLauncher):  # a pod or a container: not ours to check
         return None
@@ -66,7 +65,10 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:  # someone else's process: alive
         return True
-    return True
+    try:  # a killed child its parent has not reaped yet is a zombie: gone all the same
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 @sensor(default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=60,

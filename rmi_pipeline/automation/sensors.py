@@ -45,8 +45,7 @@ def new_feedback_sensor(context: SensorEvaluationContext, settings: ResourcePara
         context.log.warning(f"batch files whose names cannot be partitions (rename them): {unusable[:10]}")
     if others:
         context.log.warning(f"skipped in {layout.INCOMING}/, not plain files: {others[:10]}")
-    states = batch_states(context.instance, [n for n in batches if can_be_partition(n)], storage,
-                          settings)
+    states = batch_states(context.instance, [n for n in batches if can_be_partition(n)], storage, settings)
     for batch in states.values():
         if batch.state == "given_up":
             context.log.warning(f"batch {batch.name} failed to land {batch.attempts} times; not tried again")

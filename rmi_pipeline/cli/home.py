@@ -38,7 +38,27 @@ def prepare_home(settings: Settings, fresh: bool = False) -> Path:
     os.environ["RMI_HOME"] = str(home)  # runs and `dagster dev` children see the same settings
     os.environ["DAGSTER_HOME"] = str(settings.dagster_home)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    _create_instance_once(settings.dagster_home)
     return home
+
+
+def _create_instance_once(dagster_home: Path) -> None:
+    """Dagster creates its sqlite storage on first use; two `rmi` processes doing that at once on a new home race
+    in its migrations, so the first one creates it under a lock and the others find it made. A database server
+    (the production profile) is left to its own migrations."""
+    import yaml
+    from filelock import FileLock
+
+    config = yaml.safe_load((dagster_home / "dagster.yaml").read_text()) or {}
+    if {"storage", "run_storage", "event_log_storage"} & set(config):
+        return
+    with FileLock(dagster_home / ".created.lock"):
+        if (dagster_home / ".created").exists():
+            return
+        from dagster import DagsterInstance
+
+        DagsterInstance.get().dispose()  # opening every storage creates it
+        (dagster_home / ".created").touch()
 
 
 def say(message: str) -> None:

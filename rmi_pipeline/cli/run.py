@@ -45,14 +45,17 @@ def cmd_run(args) -> int:
             record.seconds["ingest"] = time.perf_counter() - t
             say(f"[cycle {cycle}] ingested: {record.ingest}")
         say(f"[cycle {cycle}] improvement cycle: dataset -> training -> evaluation -> gate")
+        before = world.registry.version(CHAMPION)
         result = defs.resolve_job_def(improvement_cycle.name).execute_in_process(
             instance=instance, raise_on_error=False, run_config=QUIET_LOGS,
             tags={"rmi/cycle": str(cycle), "rmi/trigger": "rmi-run", **process_tags()})
         record.read_cycle_run(result, instance)
         say(record.progress_line())
         if not result.success:
-            say(f"[cycle {cycle}] the cycle run failed; the champion did not move. See `make ui`, run "
-                f"{result.run_id}.")
+            after = world.registry.version(CHAMPION)
+            moved = (after and after.version) != (before and before.version)
+            what = f"the champion had moved to v{after.version} before it did" if moved else "the champion did not move"
+            say(f"[cycle {cycle}] the cycle run failed; {what}. See `make ui`, run {result.run_id}.")
         records.append(record)
         if cycle == 0 and world.registry.version(CHAMPION) is None:
             if not result.success:

@@ -141,12 +141,11 @@ class ModelRegistry(ConfigurableResource):
 
         The alias is the truth; the `champion_history` tag is written before each alias move and read up to the
         alias's last entry, so a promotion or rollback killed between its writes leaves a whole history."""
-        client = self.client()
         current = self.version(CHAMPION)
-        written = client.get_registered_model(self.model_name).tags.get(HISTORY, "")
-        history = written.split(",") if written else []
-        if current is None:
+        if current is None:  # no champion yet (or no model at all)
             return []
+        written = self.client().get_registered_model(self.model_name).tags.get(HISTORY, "")
+        history = written.split(",") if written else []
         now = str(current.version)
         if now not in history:  # the alias was moved by hand, outside the loop
             return history + [now]
