@@ -172,8 +172,7 @@ def test_a_link_among_the_batch_files_is_skipped_with_a_reason_and_the_cli_refus
     assert main(["feedback", "ingest", "--follow-symlinks", str(link)]) == 0
 
 
-@pytest.mark.parametrize("command", [["feedback", "ingest", "BATCH"], ["run", "--cycles", "1"], ["simulate"],
-                                     ["status"]])
+@pytest.mark.parametrize("command", [["feedback", "ingest", "BATCH"], ["run", "--cycles", "1"], ["status"]])
 def test_an_unreachable_object_store_is_one_clear_line_and_exit_1(rmi_env, batch, monkeypatch, command):
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
