@@ -7,7 +7,7 @@ export RMI_HOME ?= $(CURDIR)/.rmi
 # torch's waiting threads sleep instead of spinning, so shared cores stay usable
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: run test ui bench lint clean
+.PHONY: run test ui serve bench lint clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ test: $(STAMP)  ## the test suite (about 5 minutes on 2 cores)
 
 ui: $(STAMP)  ## the Dagster web UI on http://127.0.0.1:3000 over RMI_HOME
 	$(BIN)/rmi ui
+
+serve: $(STAMP)  ## the champion over HTTP on http://127.0.0.1:8000 (chat page at /, feedback API), over RMI_HOME
+	$(BIN)/rmi serve
 
 bench: $(STAMP)  ## seconds per stage of one cycle, and the share spent on orchestration
 	$(BIN)/python bench/cycle_breakdown.py

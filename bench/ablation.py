@@ -82,52 +82,55 @@ def run_config(name: str, first: int, cycles: int, out: Path) -> None:
     from rmi_pipeline.cli.home import prepare_home
     from rmi_pipeline.definitions import build_definitions
     from rmi_pipeline.resources import layout
+    from rmi_pipeline.serving.process import running_gateway, wait_ready
     from rmi_pipeline.settings import Settings
     from rmi_pipeline.world import World
 
     settings = Settings()
     prepare_home(settings, fresh=first == 0)
-    defs, instance, world = build_definitions(settings), DagsterInstance.get(), World(settings)
-    world.ensure_eval_suite()
-    job = defs.resolve_job_def("improvement_cycle")
-    storage, recipe = world.storage, world.recipe
-    rows = []
-    for cycle in range(first, cycles + 1):
-        started = time.perf_counter()
-        if cycle > 0 and name != "self":
-            world.serve_cycle(cycle)
-            ingest_new_batches(defs, instance)
-        result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=QUIET_LOGS)
-        meta = {e.asset_key.to_user_string(): {k: v.value for k, v in e.materialization.metadata.items()}
-                for e in result.get_asset_materialization_events()}
-        cycle_seconds = time.perf_counter() - started  # the loop's own time; what follows is the benchmark's
-        champion = world.registry.version("champion")
-        model = world.registry.load(champion.version, recipe)
-        tiers, accuracy = highest_tier_solved(recipe, model, cycle)
-        practice = meta.get("practice", {})
-        labels = [r for r in _practice_rows(storage, layout, practice) if r["source"] == "self_label"]
-        precision = (sum(recipe.verify(r["prompt"], r["target"])[0] == 1 for r in labels) / len(labels)
-                     if labels else None)
-        # the champion before this cycle failed these prompts unaided; how does the champion after it do?
-        failed_key = layout.practice_failed(practice.get('champion_version'))
-        failed = storage.read_json(failed_key)["prompts"] if storage.exists(failed_key) else []
-        evaluation = meta.get("candidate_evaluation", {})
-        rows.append({
-            "cycle": cycle, "verdict": evaluation.get("verdict", "failed"), "champion": str(champion.version),
-            "anchor_mean": evaluation.get("challenger_anchor_mean") if "champion" in meta
-            else evaluation.get("champion_anchor_mean"),
-            "highest_tier": min(tiers.values()), "by_skill": tiers, "tier_accuracy": accuracy,
-            "seconds": cycle_seconds,
-            "self_labels": len(labels), "self_label_precision": precision,
-            "by_source": {k[5:]: v for k, v in meta.get("training_dataset", {}).items() if k.startswith("rows_")},
-            "practice": {k: v for k, v in practice.items() if k.startswith(("frontier", "self_labels ", "rows_"))},
-            "hint": {k: practice[k] for k in ("coach_failed", "coach_hinted", "coach_solved_with_hint",
-                                               "coach_solved_without_hint") if k in practice},
-            "failed_then_solved": sum(recipe.correct(model, [_task(recipe, p) for p in failed])) / len(failed)
-            if failed else None,
-        })
-        print(json.dumps(rows[-1]), flush=True)
-    out.write_text(json.dumps(rows, indent=1, default=str))
+    with running_gateway({"RMI_SERVE_RELOAD_SECONDS": "1"}) as (url, _):  # the users' way in
+        defs, instance, world = build_definitions(settings), DagsterInstance.get(), World(settings, url)
+        world.ensure_eval_suite()
+        job = defs.resolve_job_def("improvement_cycle")
+        storage, recipe = defs.resources["storage"], world.recipe
+        rows = []
+        for cycle in range(first, cycles + 1):
+            started = time.perf_counter()
+            if cycle > 0 and name != "self":
+                wait_ready(url, world.registry.version("champion").version)
+                world.serve_cycle(cycle)
+                ingest_new_batches(defs, instance)
+            result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=QUIET_LOGS)
+            meta = {e.asset_key.to_user_string(): {k: v.value for k, v in e.materialization.metadata.items()}
+                    for e in result.get_asset_materialization_events()}
+            cycle_seconds = time.perf_counter() - started  # the loop's own time; what follows is the benchmark's
+            champion = world.registry.version("champion")
+            model = world.registry.load(champion.version, recipe)
+            tiers, accuracy = highest_tier_solved(recipe, model, cycle)
+            practice = meta.get("practice", {})
+            labels = [r for r in _practice_rows(storage, layout, practice) if r["source"] == "self_label"]
+            precision = (sum(recipe.verify(r["prompt"], r["target"])[0] == 1 for r in labels) / len(labels)
+                         if labels else None)
+            # the champion before this cycle failed these prompts unaided; how does the champion after it do?
+            failed_key = layout.practice_failed(practice.get('champion_version'))
+            failed = storage.read_json(failed_key)["prompts"] if storage.exists(failed_key) else []
+            evaluation = meta.get("candidate_evaluation", {})
+            rows.append({
+                "cycle": cycle, "verdict": evaluation.get("verdict", "failed"), "champion": str(champion.version),
+                "anchor_mean": evaluation.get("challenger_anchor_mean") if "champion" in meta
+                else evaluation.get("champion_anchor_mean"),
+                "highest_tier": min(tiers.values()), "by_skill": tiers, "tier_accuracy": accuracy,
+                "seconds": cycle_seconds,
+                "self_labels": len(labels), "self_label_precision": precision,
+                "by_source": {k[5:]: v for k, v in meta.get("training_dataset", {}).items() if k.startswith("rows_")},
+                "practice": {k: v for k, v in practice.items() if k.startswith(("frontier", "self_labels ", "rows_"))},
+                "hint": {k: practice[k] for k in ("coach_failed", "coach_hinted", "coach_solved_with_hint",
+                                                   "coach_solved_without_hint") if k in practice},
+                "failed_then_solved": sum(recipe.correct(model, [_task(recipe, p) for p in failed])) / len(failed)
+                if failed else None,
+            })
+            print(json.dumps(rows[-1]), flush=True)
+        out.write_text(json.dumps(rows, indent=1, default=str))
 
 
 def _practice_rows(storage, layout, practice: dict) -> list[dict]:

@@ -53,7 +53,15 @@ def main() -> None:
     settings = Settings()
     defs = build_definitions(settings)
     instance = DagsterInstance.get()
-    world = World(settings)
+    import atexit
+    from contextlib import ExitStack
+
+    from rmi_pipeline.serving.process import running_gateway, wait_ready
+
+    gateway = ExitStack()  # the users' way in, stopped when the bench ends
+    atexit.register(gateway.close)
+    url, _ = gateway.enter_context(running_gateway({"RMI_SERVE_RELOAD_SECONDS": "1"}))
+    world = World(settings, url)
     cycle = args.warmup_cycles
     usual = [slice_name(s, t) for s in world.recipe.skills for t in usual_tiers(world.recipe, cycle) if t > 1]
 
@@ -81,7 +89,8 @@ def main() -> None:
                   f"v{champion()} is right {drift.accuracy:.0%} there", flush=True)
         t = time.perf_counter()
         rng = random.Random(f"users-{settings.seed}-{cycle}-bench-{stamp}-{n}")
-        name, stats = world.serve(cycle, rng, f"live{n:04d}", drift)
+        wait_ready(url, champion())
+        names, stats = world.serve(cycle, rng, drift)
         served_by.append(str(stats["champion_version"]))
         ingest_new_batches(defs, instance)
         h = health("ingest")

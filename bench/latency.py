@@ -30,14 +30,24 @@ def main() -> None:
     rmi(["run", "--cycles", "0"])
     os.environ.pop("DAGSTER_HOME", None)
     settings = Settings()
-    world = World(settings)
+    import atexit
+    from contextlib import ExitStack
+
+    from rmi_pipeline.serving.process import running_gateway, wait_ready
+
+    gateway = ExitStack()  # the users' way in, stopped when the bench ends
+    atexit.register(gateway.close)
+    url, _ = gateway.enter_context(running_gateway())
+    wait_ready(url, None)
+    world = World(settings, url)
     before = world.registry.version("champion").version
     log = home / "dagster-dev.log"
     with dagster_dev(home, log):
         time.sleep(5)  # let the daemon take its first ticks, as a long-running deployment would have
         landed = time.time()
-        batch, stats = world.serve_cycle(1)
-        print(f"latency: {batch} landed ({stats['queries']} events); waiting for a promotion ...", flush=True)
+        batches, stats = world.serve_cycle(1)
+        print(f"latency: {', '.join(batches)} landed ({stats['queries']} questions); waiting for a promotion ...",
+              flush=True)
         wait_for(lambda: world.registry.version("champion").version != before, 900, "promotion", log)
         promoted = time.time()
     instance = DagsterInstance.from_config(str(settings.dagster_home))

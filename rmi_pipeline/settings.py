@@ -6,10 +6,10 @@ sqlite store all live under RMI_HOME.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # The champion's own sources start off: with the 0.1M default model they measured worse than feedback alone
@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 DEFAULT_MIX = {"feedback": 0.25, "corrections": 0.15, "replay": 0.3, "practice": 0.0, "rl": 0.0,
                "hint_distill": 0.0, "self_label": 0.0}
 SOURCES = tuple(DEFAULT_MIX)
+DEFAULT_RECIPE = "rmi_pipeline.recipes.arithmetic:ArithmeticRecipe"
 
 
 # The settings a stage needs, in small typed groups: a stage function takes its group, not the whole object.
@@ -71,6 +72,27 @@ class Regression:
     steps_multiplier: float
 
 
+@dataclass(frozen=True)
+class Serving:
+    """`rmi serve`: batching, following the alias, the feedback log and its flushes, the front door's limits."""
+
+    max_batch: int
+    max_wait_ms: float
+    threads: int
+    reload_seconds: float
+    flush_events: int
+    flush_seconds: float
+    api_keys: tuple[str, ...] = field(repr=False)  # secrets: never in a log line or a traceback
+    rate_limit: float
+    cors_origins: tuple[str, ...]
+    max_body_bytes: int
+    max_prompts: int
+    max_text_chars: int
+    feedback_window_seconds: float
+    log_path: Path
+    log_max_bytes: int
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RMI_", extra="ignore")
 
@@ -82,7 +104,7 @@ class Settings(BaseSettings):
                                       "HOME/dagster; default the repo's dagster.yaml (sqlite under HOME).")
     model_name: str = Field(default="rmi-arithmetic", description="Registered model name in MLflow.")
     recipe: str = Field(
-        default="rmi_pipeline.recipes.arithmetic:ArithmeticRecipe",
+        default=DEFAULT_RECIPE,
         description="Import path 'module:Class' of the recipe that brings the model.",
     )
     seed: int = Field(default=0, description="Seeds the seed set, training and the simulated world.")
@@ -176,6 +198,35 @@ class Settings(BaseSettings):
     regression_steps_multiplier: float = Field(default=2.0, description="Training steps of a regression-triggered "
                                                "cycle, as a multiple of RMI_TRAIN_STEPS.")
 
+    # serving: `rmi serve`, the gateway users and apps talk to
+    serve_max_batch: int = Field(default=64, ge=1, description="Most prompts decoded in one forward pass.")
+    serve_max_wait_ms: float = Field(default=5.0, ge=0, description="How long a request waits for others to share "
+                                     "its forward pass.")
+    serve_threads: int = Field(default=1, ge=1, description="CPU threads of the forward pass: one is fastest for "
+                               "the default model on a CPU, where the HTTP side needs the other cores "
+                               "(bench/serve.py); more for a bigger model.")
+    serve_reload_seconds: float = Field(default=10.0, gt=0, description="How often the gateway checks whether the "
+                                        "alias moved (a new version is loaded in the background, then swapped in).")
+    serve_flush_events: int = Field(default=5000, ge=1, description="Logged events that make the gateway write a "
+                                    "feedback batch file into incoming/.")
+    serve_flush_seconds: float = Field(default=60.0, gt=0, description="Longest an event waits in the gateway's "
+                                       "log before its batch file is written.")
+    serve_api_keys: SecretStr | None = Field(default=None, description="Comma-separated API keys; when set, every "
+                                             "request but /, /healthz, /readyz and /metrics needs one (header "
+                                             "'Authorization: Bearer KEY' or 'X-API-Key'). Never logged.")
+    serve_rate_limit: float = Field(default=50.0, ge=0, description="Requests per second one API key may make "
+                                    "(bursts of twice that); 0: no limit. Applies only when keys are set.")
+    serve_cors_origins: str | None = Field(default=None, description="Comma-separated origins a browser app may "
+                                           "call the gateway from; unset: none (CORS closed).")
+    serve_max_body_bytes: int = Field(default=1_048_576, description="Largest request body (413 beyond).")
+    serve_max_prompts: int = Field(default=64, ge=1, description="Most prompts in one request (413 beyond).")
+    serve_feedback_window_hours: float = Field(default=168.0, gt=0, description="How long after an answer feedback "
+                                               "on it is taken (404 after).")
+    serve_log_path: Path | None = Field(default=None, description="The gateway's write-ahead log (SQLite); default "
+                                        "HOME/serve/feedback-log.sqlite3, on a local disk.")
+    serve_log_max_mb: float = Field(default=1024.0, gt=0, description="Largest the log may grow while the object "
+                                    "store is out of reach: beyond it, feedback gets 503 and is not acknowledged.")
+
     # the simulated world (used by `rmi run` and `rmi simulate`, never by the pipeline)
     sim_queries_per_cycle: int = Field(default=6000, description="Questions users ask per cycle.")
     sim_wrong_user_share: float = Field(default=0.05, description="Users whose verdict is the wrong one.")
@@ -236,6 +287,18 @@ class Settings(BaseSettings):
     def regression(self) -> Regression:
         return Regression(self.regression_budget, self.regression_backoff_seconds, self.regression_focus_weight,
                           self.regression_steps_multiplier)
+
+    @property
+    def serving(self) -> Serving:
+        keys = self.serve_api_keys.get_secret_value() if self.serve_api_keys else ""
+        return Serving(self.serve_max_batch, self.serve_max_wait_ms, self.serve_threads, self.serve_reload_seconds,
+                       self.serve_flush_events, self.serve_flush_seconds,
+                       tuple(k.strip() for k in keys.split(",") if k.strip()), self.serve_rate_limit,
+                       tuple(o.strip() for o in (self.serve_cors_origins or "").split(",") if o.strip()),
+                       self.serve_max_body_bytes, self.serve_max_prompts, self.max_text_chars,
+                       self.serve_feedback_window_hours * 3600,
+                       self.serve_log_path or self.resolved_home / "serve" / "feedback-log.sqlite3",
+                       int(self.serve_log_max_mb * 1024 * 1024))
 
     @property
     def resolved_home(self) -> Path:

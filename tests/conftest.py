@@ -43,3 +43,28 @@ def loop_home(tmp_path_factory):
         summary = json.loads((home / "run_summary.json").read_text())
     os.environ.pop("DAGSTER_HOME", None)  # main() exported it for its own runs
     return {"home": home, "exit_code": code, "summary": summary}
+
+
+@pytest.fixture(scope="module")
+def served(loop_home, tmp_path_factory):
+    """A home of its own whose registry is a copy of the loop's (its two trained versions; aliases move here only,
+    version 1 is champion), with a warehouse, a Dagster instance and the environment of a gateway over it."""
+    import shutil
+
+    from rmi_pipeline.cli.home import prepare_home
+    from rmi_pipeline.resources import build_resources
+    from rmi_pipeline.settings import Settings
+
+    home = tmp_path_factory.mktemp("served") / "home"
+    home.mkdir()
+    shutil.copyfile(loop_home["home"] / "mlflow.db", home / "mlflow.db")
+    env = {"RMI_HOME": str(home), "MLFLOW_DISABLE_TELEMETRY": "true", "RMI_SERVE_RELOAD_SECONDS": "0.3",
+           "DAGSTER_HOME": str(home / "dagster")}
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        settings = Settings()
+    prepare_home(settings)
+    registry = build_resources(settings)["registry"]
+    registry.promote("1", {"promoted_by": "test"})
+    return {"home": home, "env": env, "settings": settings, "registry": registry}

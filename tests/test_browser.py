@@ -1,4 +1,5 @@
-"""The Dagster UI in a real browser (Debian's headless Chromium, driven by playwright): the loop's stages are there.
+"""Pages in a real browser (Debian's headless Chromium, driven by playwright): the loop's stages in the Dagster UI,
+and the gateway's chat page, where a click becomes feedback in the warehouse.
 
 Set RMI_UPDATE_SCREENSHOT=1 to refresh docs/lineage.png, the picture the README shows.
 """
@@ -7,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+import httpx
 import pytest
 from dagster_dev import ROOT, dagster_dev
 
@@ -15,14 +17,18 @@ STAGES = ["feedback_batch", "feedback_events", "eval_suite", "training_dataset",
           "candidate_evaluation", "champion", "champion_health"]
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (`make test` installs it as root)")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-quic"]
+needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                    reason="needs Debian's chromium (`make test` installs it as root)")
+
+
+@needs_chromium
 def test_the_asset_graph_shows_every_stage_of_the_loop(loop_home, tmp_path):
     from playwright.sync_api import sync_playwright
 
     with dagster_dev(loop_home["home"], tmp_path / "ui.log") as ui, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run", "--disable-quic"])
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
         base = f"http://127.0.0.1:{ui.port}"
         page.goto(f"{base}/assets")
@@ -43,3 +49,33 @@ def test_the_asset_graph_shows_every_stage_of_the_loop(loop_home, tmp_path):
     assert shot.stat().st_size > 20_000
     if os.environ.get("RMI_UPDATE_SCREENSHOT"):
         shutil.copyfile(shot, ROOT / "docs" / "lineage.png")
+
+
+@needs_chromium
+def test_the_chat_page_answers_and_a_thumbs_down_lands_in_the_warehouse(served):
+    """Ask on `GET /`, see the answer and its version, type a correction, click thumbs-down: after the next ingest
+    the warehouse holds that feedback, joined with the question and the answer shown."""
+    from gateway import warehouse_events
+    from playwright.sync_api import sync_playwright
+
+    from rmi_pipeline.serving.process import running_gateway, wait_ready
+
+    with running_gateway(served["env"]) as (url, _), sync_playwright() as p:
+        wait_ready(url, "1")
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page()
+        page.goto(url)
+        page.get_by_label("Your question").fill("123+456=")
+        page.get_by_role("button", name="Ask").click()
+        turn = page.locator(".turn").first
+        turn.wait_for(timeout=30000)
+        shown, meta = turn.locator(".answer").inner_text(), turn.locator(".meta").inner_text()
+        turn.locator(".correction").fill("579")
+        turn.locator(".down").click()
+        page.get_by_text("feedback recorded").wait_for(timeout=30000)
+        browser.close()
+        httpx.post(f"{url}/v1/flush")
+    assert "model version 1" in meta
+    events = [e for e in warehouse_events(served["settings"]) if e["client"] == "web-page"]
+    assert [(e["prompt"], e["completion"], e["rating"], e["correction"], e["model_version"]) for e in events] == [
+        ("123+456=", shown, "down", "579", "1")]

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 from webhook import serve_hook
 
+from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.resources.notifier import Notifier
 from rmi_pipeline.resources.registry import CHAMPION, ModelRegistry
+from rmi_pipeline.settings import DEFAULT_RECIPE
 
 # Runs one promotion or rollback in a process of its own that SIGKILLs itself just before its N-th write to MLflow.
 KILLED_AT = """
@@ -42,9 +44,10 @@ def three_versions(tmp_path_factory):
     root = tmp_path_factory.mktemp("registry")
     registry = ModelRegistry(tracking_uri=f"sqlite:///{root / 'mlflow.db'}", artifact_root=f"file://{root / 'art'}",
                              model_name="m")
+    weights = ArithmeticRecipe().checkpoint(ArithmeticRecipe().build_model(0.0, 1))
     for _ in range(3):
         with registry.run("candidate", tags={}) as run_id:
-            registry.register_checkpoint(run_id, b"weights", tags={})
+            registry.register_model(run_id, weights, DEFAULT_RECIPE, tags={})
     registry.promote("1", {"promoted_by": "gate"})
     registry.promote("2", {"promoted_by": "gate"})
     return root

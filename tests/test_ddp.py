@@ -17,6 +17,7 @@ from rmi_pipeline.ml.train import rank_sampler
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.recipes.base import Task
 from rmi_pipeline.resources import build_resources, layout
+from rmi_pipeline.settings import DEFAULT_RECIPE as RECIPE_PATH
 from rmi_pipeline.settings import Settings
 
 
@@ -54,7 +55,7 @@ def test_two_processes_train_a_cycle_as_well_as_one_and_only_rank_zero_registers
     settings = Settings()
     here = build_resources(settings)
     with here["registry"].run("loop champion v1", tags={}) as run_id:  # the loop's first champion, this home's
-        here["registry"].register_checkpoint(run_id, loop["registry"].checkpoint("1")[1], tags={})
+        here["registry"].register_model(run_id, loop["registry"].checkpoint("1")[1], RECIPE_PATH, tags={})
     here["registry"].promote("1", tags={})
     dataset = one.tags["dataset_version"]
     for key in (layout.dataset_rows(dataset), layout.dataset_manifest(dataset)):
@@ -72,7 +73,8 @@ def test_two_processes_train_a_cycle_as_well_as_one_and_only_rank_zero_registers
     # one candidate, one checkpoint, one model version: rank 1 trained but wrote and reported nothing
     assert sorted(str(v.version) for v in client.search_model_versions(f"name='{settings.model_name}'")) == ["1", "2"]
     assert str(here["registry"].version("challenger").version) == "2" == str(meta["model_version"])
-    assert [a.path for a in client.list_artifacts(meta["mlflow_run_id"], "checkpoint")] == ["checkpoint/model.pt"]
+    assert [a.path for a in client.list_artifacts(meta["mlflow_run_id"], "model/data/checkpoint")] == [
+        "model/data/checkpoint/checkpoint.pt", "model/data/checkpoint/recipe.json"]
     assert len(here["storage"].list(layout.CANDIDATE_CHECKPOINTS)) == 1
     curve = client.get_metric_history(meta["mlflow_run_id"], "train_loss")
     assert [m.step for m in curve] == sorted({m.step for m in curve}) and curve[-1].step == steps
@@ -83,6 +85,7 @@ def test_two_processes_train_a_cycle_as_well_as_one_and_only_rank_zero_registers
     alone = exact_match(recipe, loop["registry"].load("2", recipe), anchor)
     together = exact_match(recipe, here["registry"].load("challenger", recipe), anchor)
     low, high = paired_interval(together - alone)
-    # as good as one process within noise: measured 0.261 vs 0.263 (interval -0.023 to +0.020) on 560 problems;
-    # one process with another seed scored 0.268 (-0.016 to +0.029)
-    assert low <= 0.02 and high >= -0.02, (together.mean(), alone.mean(), low, high)
+    # not worse than one process beyond noise. Better happens: at 1,000 steps the models are still escaping their
+    # loss plateau, whose length varies with the order rows come in (measured 0.261 vs 0.263, interval -0.023 to
+    # +0.020; one process with another seed 0.268; on another cycle-1 dataset 0.371 vs 0.314, +0.032 to +0.084)
+    assert high >= -0.02, (together.mean(), alone.mean(), low, high)

@@ -10,6 +10,7 @@ from rmi_pipeline.automation.sensors import regression_sensor
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.resources import build_resources
 from rmi_pipeline.resources.notifier import Notifier
+from rmi_pipeline.settings import DEFAULT_RECIPE as RECIPE_PATH
 from rmi_pipeline.settings import Settings
 from rmi_pipeline.world.curators import curate_eval_suite
 
@@ -24,7 +25,7 @@ def test_a_rising_thumbs_down_rate_regresses_and_starts_targeted_cycles_until_th
     curate_eval_suite(resources["eval_store"], ArithmeticRecipe(), 20, seed=0)
     torch.manual_seed(0)
     with registry.run("serving", tags={}) as run_id:
-        version = registry.register_checkpoint(run_id, R.checkpoint(R.build_model(0.0, 1)), tags={}).version
+        version = registry.register_model(run_id, R.checkpoint(R.build_model(0.0, 1)), RECIPE_PATH, tags={}).version
     registry.promote(version, {"promoted_by": "test"})
     bodies: list = []
     server = serve_hook(bodies)

@@ -1,6 +1,6 @@
 """`rmi simulate --live`: the world keeps landing batches from the champion, drifts when asked, stops on Ctrl-C."""
 
-import json
+import io
 import os
 import signal
 import subprocess
@@ -16,6 +16,7 @@ from rmi_pipeline.cli.main import main
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.recipes.base import slice_name
 from rmi_pipeline.resources import build_resources, layout
+from rmi_pipeline.settings import DEFAULT_RECIPE as RECIPE_PATH
 from rmi_pipeline.world.curators import curate_eval_suite
 
 R = ArithmeticRecipe()
@@ -31,18 +32,20 @@ def serving(rmi_env, monkeypatch):
     torch.manual_seed(0)
     registry = resources["registry"]
     with registry.run("serving", tags={}) as run_id:
-        version = registry.register_checkpoint(run_id, R.checkpoint(R.build_model(0.0, 1)), tags={}).version
+        version = registry.register_model(run_id, R.checkpoint(R.build_model(0.0, 1)), RECIPE_PATH, tags={}).version
     registry.promote(version, {"promoted_by": "test"})
     return resources
 
 
 def landed(storage) -> dict[str, Counter]:
-    """Slices asked per landed batch file."""
+    """Slices users rated per batch file the gateway wrote (its unrated answer events left out: they include the
+    product team's probes)."""
+    import polars as pl
+
     recipe, out = ArithmeticRecipe(), {}
     for key in sorted(storage.list(layout.INCOMING)):
-        lines = storage.read_bytes(key).decode().splitlines()
-        prompts = [json.loads(line)["prompt"] for line in lines]
-        out[key.rsplit("/", 1)[-1]] = Counter(slice_name(*recipe.slice_of(p)) for p in prompts)
+        rated = pl.read_parquet(io.BytesIO(storage.read_bytes(key))).filter(pl.col("rating").is_not_null())
+        out[key.rsplit("/", 1)[-1]] = Counter(slice_name(*recipe.slice_of(p)) for p in rated["prompt"])
     return out
 
 
@@ -51,7 +54,7 @@ def test_live_drift_moves_half_the_users_to_a_slice_the_champion_barely_knows(se
                  "--interval", "0"]) == 0
     out = capsys.readouterr().out
     batches = landed(serving["storage"])
-    assert len(batches) == 2 and all(name.startswith("live") for name in batches)
+    assert len(batches) == 2 and all(name.startswith("serve-") for name in batches)
     before, after = batches.values()
     # users of cycle 1 ask up to 5 digits; the drift goes to the easiest slice above, which the champion fails
     assert max(int(s.split("/")[1]) for s in before) == 5

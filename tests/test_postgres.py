@@ -80,7 +80,7 @@ def test_a_cycle_on_the_production_profile_promotes_a_champion_in_mlflow_on_post
     assert not (production["home"] / "mlflow.db").exists()
     # its checkpoint went through the tracking server to S3, not to the local disk
     keys = [o["Key"] for o in production["s3"].list_objects_v2(Bucket=BUCKETS[2]).get("Contents", [])]
-    assert sum(k.endswith("checkpoint/model.pt") for k in keys) == 2
+    assert sum(k.endswith("model/data/checkpoint/checkpoint.pt") for k in keys) == 2  # MLflow models, on S3
     assert not (production["home"] / "mlartifacts").exists()
 
 

@@ -11,6 +11,7 @@ from rmi_pipeline.automation.in_process import QUIET_LOGS, ingest_new_batches
 from rmi_pipeline.definitions import build_definitions
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.resources import layout
+from rmi_pipeline.settings import DEFAULT_RECIPE as RECIPE_PATH
 from rmi_pipeline.settings import Settings
 from rmi_pipeline.world.curators import curate_eval_suite
 
@@ -32,7 +33,7 @@ def test_with_no_improvement_possible_the_loop_stops_after_its_budget_and_alerts
     curate_eval_suite(resources["eval_store"], ArithmeticRecipe(), 10, seed=0)  # small: decoding is the cost here
     torch.manual_seed(0)
     with registry.run("serving", tags={}) as run_id:
-        first = registry.register_checkpoint(run_id, R.checkpoint(R.build_model(0.0, 1)), tags={}).version
+        first = registry.register_model(run_id, R.checkpoint(R.build_model(0.0, 1)), RECIPE_PATH, tags={}).version
     registry.promote(first, {"promoted_by": "test"})
 
     with instance_for_test() as instance:

@@ -85,7 +85,7 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, set
         metrics = {k: reported[k] for k in ("final_loss", "steps_done", "train_seconds", "steps_per_second")}
         metrics |= {k: v for k, v in reported.items() if k.startswith(("loss_", "rows_"))}  # per mix source
         registry.log_training(run_id, params, metrics, invocation.get_custom_messages())
-        mv = registry.register_checkpoint(run_id, storage.read_bytes(checkpoint_key), tags=lineage)
+        mv = registry.register_model(run_id, storage.read_bytes(checkpoint_key), settings.recipe, tags=lineage)
     if reported["stopped_by_time"]:
         context.log.warning(f"training stopped by its time cap after {reported['steps_done']}/{steps} steps")
     return MaterializeResult(metadata={

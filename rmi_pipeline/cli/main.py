@@ -2,6 +2,7 @@
 
     rmi run [--cycles 5] [--fresh]   world -> feedback -> pipeline, N improvement cycles after a first model
     rmi ui [--port 3000]             the Dagster UI over RMI_HOME (sensors on)
+    rmi serve [--host H] [--port P]  answers from the champion and feedback over HTTP (127.0.0.1:8000)
     rmi simulate --cycle N           one batch of user feedback from the current champion
     rmi simulate --live [--scenario drift]   a batch every --interval seconds until Ctrl-C
     rmi status                       champion, challenger, warehouse and recent runs
@@ -24,6 +25,7 @@ from .feedback import add_feedback_commands
 from .home import prepare_home, say
 from .overrides import cmd_promote, cmd_rollback
 from .run import cmd_run
+from .serve import add_serve_command
 
 
 def cmd_ui(args) -> int:
@@ -38,27 +40,39 @@ def cmd_ui(args) -> int:
 def cmd_simulate(args) -> int:
     settings = Settings()
     prepare_home(settings)
+    from contextlib import nullcontext
+
+    from ..resources import build_resources
+    from ..resources.registry import CHAMPION
+    from ..serving.process import running_gateway, wait_ready
     from ..world import World
+    from .run import client_key
 
-    world = World(settings)
-    world.ensure_eval_suite()
-    if args.live:
-        import signal
-        import threading
+    if not args.gateway and build_resources(settings)["registry"].version(CHAMPION) is None:
+        raise RuntimeError("no champion is serving yet: run a first improvement cycle (`rmi run --cycles 0`)")
+    # users need a gateway: the one at --gateway, or one started for as long as they ask
+    with nullcontext((args.gateway, None)) if args.gateway else running_gateway(
+            log_file=settings.resolved_home / "serve.log") as (url, _):
+        world = World(settings, url, client_key(settings))
+        world.ensure_eval_suite()
+        wait_ready(url, None)
+        if args.live:
+            import signal
+            import threading
 
-        from ..world.live import run_live
+            from ..world.live import run_live
 
-        stop = threading.Event()  # Ctrl-C lets the batch in progress land, then stops
-        before = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            run_live(world, interval=args.interval, cycle=args.cycle, batches=args.batches, stop=stop, say=say,
-                     drift_after=args.drift_after if args.scenario == "drift" else None)
-        finally:
-            for sig, handler in before.items():
-                signal.signal(sig, handler)
-        return 0
-    batch, stats = world.serve_cycle(args.cycle)
-    say(f"landed {batch}: {stats}")
+            stop = threading.Event()  # Ctrl-C lets the batch in progress land, then stops
+            before = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                run_live(world, interval=args.interval, cycle=args.cycle, batches=args.batches, stop=stop, say=say,
+                         drift_after=args.drift_after if args.scenario == "drift" else None)
+            finally:
+                for sig, handler in before.items():
+                    signal.signal(sig, handler)
+            return 0
+        batches, stats = world.serve_cycle(args.cycle)
+        say(f"the gateway wrote {', '.join(batches) or 'no batch'}: {stats}")
     return 0
 
 
@@ -83,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     ui = sub.add_parser("ui", help="the Dagster web UI on 127.0.0.1")
     ui.add_argument("--port", type=int, default=3000)
     ui.set_defaults(fn=cmd_ui)
+    add_serve_command(sub)
     sim = sub.add_parser("simulate", help="land one batch of simulated user feedback")
     sim.add_argument("--cycle", type=int, default=1, help="how far users have drifted toward hard questions")
     sim.add_argument("--live", action="store_true", help="keep landing batches from the current champion")
@@ -91,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="drift: after --drift-after batches, half the users ask a slice the champion barely knows")
     sim.add_argument("--drift-after", type=int, default=2, help="batches before the drift")
     sim.add_argument("--batches", type=int, default=None, help="stop after this many live batches")
+    sim.add_argument("--gateway", default=None, help="URL of a running `rmi serve` (default: start one)")
     sim.set_defaults(fn=cmd_simulate)
     sub.add_parser("status", help="champion, challenger, warehouse").set_defaults(fn=cmd_status)
     add_feedback_commands(sub)

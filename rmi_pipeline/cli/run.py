@@ -1,7 +1,12 @@
-"""`rmi run`: the whole loop against the simulated world, cycle after cycle, with a table and a learning curve."""
+"""`rmi run`: the whole loop against the simulated world, cycle after cycle, with a table and a learning curve.
+
+The world's users reach the champion the way real ones would: through `rmi serve`, started here as a process of
+its own (stopped by its pid at the end); their feedback lands as the gateway's batch files.
+"""
 
 from __future__ import annotations
 
+import os
 import time
 
 from ..settings import Settings
@@ -14,32 +19,52 @@ def cmd_run(args) -> int:
     say(f"rmi run: {args.cycles} improvement cycles after a first model; state in {home}")
     from dagster import DagsterInstance
 
-    from ..automation.dead_runs import fail_dead_runs, process_tags
-    from ..automation.in_process import QUIET_LOGS, ingest_new_batches
-    from ..automation.jobs import improvement_cycle
+    from ..automation.dead_runs import fail_dead_runs
     from ..definitions import build_definitions
-    from ..resources.registry import CHAMPION
+    from ..serving.process import running_gateway
     from ..world import World
-    from .report import CycleRecord, learning_curve, summary_table, write_summary
+    from .report import learning_curve, summary_table, write_summary
 
     defs = build_definitions(settings)
     instance = DagsterInstance.get()
     for run_id in fail_dead_runs(instance, defs.resources["registry"]):  # left by an earlier, killed `rmi run`
         say(f"run {run_id} was left unfinished by a process that is gone: marked failed")
-    world = World(settings)
+    started = time.perf_counter()
+    # the gateway looks for a new champion every second here, so each cycle's users meet the latest one
+    env = {"RMI_SERVE_RELOAD_SECONDS": os.environ.get("RMI_SERVE_RELOAD_SECONDS", "1")}
+    with running_gateway(env, log_file=home / "serve.log") as (url, _):
+        say(f"rmi serve answers the world's users on {url} (its log: {home / 'serve.log'})")
+        records = _cycles(args.cycles, defs, instance, World(settings, url, client_key(settings)))
+    say("")
+    say(summary_table(records))
+    png = learning_curve(records, home / "learning_curve.png")
+    write_summary(records, home / "run_summary.json")
+    say(f"\nlearning curve: {png}\nsummary: {home / 'run_summary.json'}\n"
+        f"total {time.perf_counter() - started:.0f} s; `make ui` shows every run and the lineage")
+    return 0 if all(r.success for r in records) else 1
+
+
+def _cycles(cycles: int, defs, instance, world) -> list:
+    from ..automation.dead_runs import process_tags
+    from ..automation.in_process import QUIET_LOGS, ingest_new_batches
+    from ..automation.jobs import improvement_cycle
+    from ..resources.registry import CHAMPION
+    from ..serving.process import wait_ready
+    from .report import CycleRecord
+
     if world.ensure_eval_suite():
         say("curators wrote the private eval suite")
     records: list[CycleRecord] = []
-    started = time.perf_counter()
-    for cycle in range(args.cycles + 1):
+    for cycle in range(cycles + 1):
         record = CycleRecord(cycle=cycle)
         if cycle > 0:
             t = time.perf_counter()
-            batch, record.world = world.serve_cycle(cycle)
+            wait_ready(world.gateway_url, world.registry.version(CHAMPION).version)
+            batches, record.world = world.serve_cycle(cycle)
             record.seconds["world"] = time.perf_counter() - t
             say(f"[cycle {cycle}] users asked {record.world['queries']} questions of champion "
-                f"v{record.world['champion_version']} (right {record.world['served_accuracy']:.0%}); "
-                f"batch {batch} landed")
+                f"v{record.world['champion_version']} through the gateway (right "
+                f"{record.world['served_accuracy']:.0%}); it wrote {', '.join(batches) or 'no batch'}")
             t = time.perf_counter()
             record.ingest = ingest_new_batches(defs, instance)
             record.seconds["ingest"] = time.perf_counter() - t
@@ -63,10 +88,10 @@ def cmd_run(args) -> int:
             say("[cycle 0] no first model reached the floor, so nothing can serve users yet; try more "
                 "RMI_BOOTSTRAP_STEPS or a lower RMI_GATE_FIRST_FLOOR")
             break
-    say("")
-    say(summary_table(records))
-    png = learning_curve(records, home / "learning_curve.png")
-    write_summary(records, home / "run_summary.json")
-    say(f"\nlearning curve: {png}\nsummary: {home / 'run_summary.json'}\n"
-        f"total {time.perf_counter() - started:.0f} s; `make ui` shows every run and the lineage")
-    return 0 if all(r.success for r in records) else 1
+    return records
+
+
+def client_key(settings: Settings) -> str | None:
+    """The world is a client like any other: with keys set, it uses the first."""
+    keys = settings.serving.api_keys
+    return keys[0] if keys else None

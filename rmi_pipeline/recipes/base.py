@@ -110,6 +110,10 @@ class Recipe(ABC):
     def is_private_slice(self, skill: str, tier: int, items: int) -> bool:
         """Whether `items` eval problems of a slice can stay out of any training set (enough problems exist)."""
 
+    def example_prompt(self) -> str:
+        """A prompt to show as the input example of the registered MLflow model."""
+        return self.sample_tasks(random.Random(0), 1, [self.skills[0]], [self.tiers[0]])[0].prompt
+
     def public_eval(self) -> list[Task]:
         """A public eval set anyone may see (and train on): the yardstick for the leak signal."""
         return []

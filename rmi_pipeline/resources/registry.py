@@ -15,7 +15,7 @@ from pathlib import Path
 from dagster import ConfigurableResource
 
 CHAMPION, CHALLENGER = "champion", "challenger"
-CHECKPOINT = "checkpoint/model.pt"
+MODEL = "model"  # the run's artifact folder that holds the MLflow model a version is made from
 HISTORY = "champion_history"  # registered-model tag: the versions that have been champion, oldest first
 
 
@@ -95,21 +95,26 @@ class ModelRegistry(ConfigurableResource):
         for start in range(0, len(points), 1000):  # MLflow takes at most 1000 metrics per batch
             client.log_batch(run_id, metrics=points[start:start + 1000])
 
-    def register_checkpoint(self, run_id: str, data: bytes, tags: dict[str, str]):
-        """Log a checkpoint (Recipe.checkpoint's bytes) as the run's `checkpoint/model.pt`, create a model version
-        from it and point `challenger` at it."""
+    def register_model(self, run_id: str, checkpoint: bytes, recipe: str, tags: dict[str, str]):
+        """Log a checkpoint (Recipe.checkpoint's bytes) as the run's MLflow model (a pyfunc any MLflow client
+        loads), create a model version from it and point `challenger` at it."""
+        from ..recipes import pyfunc
+
         client = self.client()
         with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / Path(CHECKPOINT).name
-            path.write_bytes(data)
-            client.log_artifact(run_id, str(path), artifact_path=str(Path(CHECKPOINT).parent))
+            pyfunc.save(Path(tmp) / MODEL, recipe, checkpoint)
+            client.log_artifacts(run_id, str(Path(tmp) / MODEL), artifact_path=MODEL)
         try:
             client.get_registered_model(self.model_name)
         except Exception:
-            client.create_registered_model(self.model_name)
-        source = f"{client.get_run(run_id).info.artifact_uri}/{CHECKPOINT}"
-        mv = client.create_model_version(self.model_name, source=source, run_id=run_id,
-                                         tags={k: str(v) for k, v in tags.items()})
+            client.create_registered_model(self.model_name, description=(
+                "Champion and candidates of the rmi-pipeline loop: each version is a pyfunc model (prompts in, "
+                "completions out); @champion serves users, @challenger is the latest candidate."))
+        mv = client.create_model_version(
+            self.model_name, source=f"{client.get_run(run_id).info.artifact_uri}/{MODEL}", run_id=run_id,
+            tags={k: str(v) for k, v in tags.items()},
+            description=f"A {recipe.rsplit(':', 1)[-1]} candidate trained on dataset "
+                        f"{tags.get('dataset_version', '?')}; load it with mlflow.pyfunc.load_model.")
         client.set_registered_model_alias(self.model_name, CHALLENGER, mv.version)
         return mv
 
@@ -126,6 +131,10 @@ class ModelRegistry(ConfigurableResource):
                 raise LookupError(f"model {self.model_name!r} has no version with alias {reference!r}")
             version = mv.version
         source = client.get_model_version_download_uri(self.model_name, version)
+        if not source.endswith(".pt"):  # an MLflow model; versions registered before it were a bare file
+            from ..recipes import pyfunc
+
+            source = f"{source}/{pyfunc.DATA}/{pyfunc.CHECKPOINT_FILE}"
         with tempfile.TemporaryDirectory() as tmp:
             # mlflow-artifacts:/ sources (a tracking server) resolve against our URI, not MLflow's global one
             file = mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=tmp,

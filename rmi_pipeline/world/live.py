@@ -25,9 +25,9 @@ PROBES = 200  # problems per slice the world tries the champion on to choose the
 
 
 def choose_drift(world: World, cycle: int, share: float = DRIFT_SHARE) -> Drift:
-    """The easiest slice above the usual tiers that the champion barely knows (else the one it knows least)."""
+    """The easiest slice above the usual tiers that the champion barely knows (else the one it knows least): the
+    product team tries each slice through the gateway, as any client would."""
     recipe = world.recipe
-    model = world.registry.load(CHAMPION, recipe)
     rng = random.Random(f"drift-{world.settings.seed}")
     asked = set(usual_tiers(recipe, cycle))
     tiers = [t for t in recipe.tiers if t not in asked] or list(recipe.tiers)
@@ -35,7 +35,8 @@ def choose_drift(world: World, cycle: int, share: float = DRIFT_SHARE) -> Drift:
     for tier in sorted(tiers):
         for skill in recipe.skills:
             tasks = recipe.sample_tasks(rng, PROBES, [skill], [tier])
-            scored.append((sum(recipe.correct(model, tasks)) / len(tasks), tier, skill))
+            answers = world.ask([t.prompt for t in tasks], user_id="product-team")
+            scored.append((sum(a == t.answer for a, t in zip(answers, tasks, strict=True)) / len(tasks), tier, skill))
     barely = [s for s in scored if s[0] < BARELY]
     accuracy, tier, skill = min(barely, key=lambda s: (s[1], s[0])) if barely else min(scored)
     return Drift(skill, tier, share, accuracy)
@@ -55,13 +56,13 @@ def run_live(world: World, *, interval: float, cycle: int, drift_after: int | No
             say(f"{_now()} drift: {drift.share:.0%} of users now ask {drift.slice}, where champion "
                 f"v{world.registry.version(CHAMPION).version} is right {drift.accuracy:.0%} of the time")
         rng = random.Random(f"users-{world.settings.seed}-{cycle}-live-{started}-{landed}")
-        name, stats = world.serve(cycle, rng, f"live{landed:04d}", drift)
+        names, stats = world.serve(cycle, rng, drift)
         landed += 1
         on_drift = (f" ({drift.slice}: {stats['drift_queries']} asked, right {stats['drift_accuracy']:.0%})"
                     if drift else "")
         say(f"{_now()} batch {landed}: {stats['queries']} questions to champion v{stats['champion_version']}, "
             f"right {stats['served_accuracy']:.0%}{on_drift}; {stats['down']} thumbs-down, "
-            f"{stats['corrections']} corrections -> {name}")
+            f"{stats['corrections']} corrections -> {', '.join(names) or 'no batch'}")
         if batches is not None and landed >= batches:
             break
         stop.wait(interval)

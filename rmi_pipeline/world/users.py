@@ -6,9 +6,7 @@ Under a drift, a share of users all ask one slice (a skill at one tier) that the
 """
 
 import random
-import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from ..recipes.base import slice_name
 
@@ -52,7 +50,8 @@ def questions(rng: random.Random, recipe, n: int, cycle: int, drift: Drift | Non
     return tasks
 
 
-def react(rng: random.Random, task, completion: str, model_version: str, reactions: Reactions) -> dict:
+def react(rng: random.Random, task, completion: str, response_id: str, reactions: Reactions) -> dict:
+    """A user's (or the monitor's) feedback on one answer, as an app sends it to the gateway's /v1/feedback."""
     right = completion == task.answer
     judged_right = right if rng.random() >= reactions.wrong_user_share else not right
     correction = comment = None
@@ -65,18 +64,7 @@ def react(rng: random.Random, task, completion: str, model_version: str, reactio
             correction = task.answer
         elif rng.random() < reactions.comment_share:
             comment = rng.choice(["wrong", "that's not right", "check the carry", "off by a digit?"])
-    return {
-        "schema_version": 1,
-        "event_id": str(uuid.UUID(int=rng.getrandbits(128))),
-        "ts": datetime.now(UTC).isoformat(),
-        "user_id": f"{'monitor' if source == 'report' else 'user'}-{rng.randrange(500)}",
-        "model_version": model_version,
-        "prompt": task.prompt,
-        "completion": completion,
-        "rating": "up" if judged_right else "down",
-        "correction": correction,
-        "comment": comment,
-        "source": source,
-        "skill": task.skill,
-        "meta": {"client": rng.choice(["web", "ios", "android", "api"])},
-    }
+    return {"response_id": response_id, "rating": "up" if judged_right else "down", "correction": correction,
+            "comment": comment, "source": source,
+            "user_id": f"monitor-{rng.randrange(50)}" if source == "report" else None,
+            "meta": {"client": rng.choice(["web", "ios", "android", "api"])}}

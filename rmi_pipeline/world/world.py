@@ -1,24 +1,31 @@
-"""The world the loop improves against: a serving process answers users, whose feedback lands as files."""
+"""The world the loop improves against: users ask the gateway (`rmi serve`) over HTTP and rate its answers there,
+as the users of a real app would; the gateway writes their feedback into batch files."""
 
+from __future__ import annotations
+
+import asyncio
 import json
 import random
-from datetime import UTC, datetime
+from collections import Counter
 
 from ..recipes.base import load_recipe
 from ..resources import build_resources, layout
-from ..resources.registry import CHAMPION
 from ..settings import Settings
 from .curators import curate_eval_suite
 from .users import Drift, Reactions, questions, react
 
+CLIENTS = 64  # users asking at the same time
+
 
 class World:
-    def __init__(self, settings: Settings):
-        self.settings = settings
+    def __init__(self, settings: Settings, gateway_url: str | None = None, api_key: str | None = None):
+        """`gateway_url`: a running `rmi serve` (rmi_pipeline.serving.process.running_gateway starts one); only
+        the curators work without it."""
+        self.settings, self.gateway_url = settings, gateway_url
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.recipe = load_recipe(settings.recipe)
         resources = build_resources(settings)
-        self.storage, self.registry = resources["storage"], resources["registry"]
-        self.eval_store = resources["eval_store"]
+        self.registry, self.eval_store = resources["registry"], resources["eval_store"]
 
     def ensure_eval_suite(self) -> bool:
         """Curators write the suite once; returns True when they had to."""
@@ -27,39 +34,77 @@ class World:
         curate_eval_suite(self.eval_store, self.recipe, self.settings.eval_items_per_slice, self.settings.seed)
         return True
 
-    def serve_cycle(self, cycle: int) -> tuple[str, dict]:
-        """Users query the champion, as production serves it, and one feedback batch lands.
+    def serve_cycle(self, cycle: int) -> tuple[list[str], dict]:
+        """Users of `cycle` ask the gateway and rate its answers; returns the batch files it wrote and what
+        happened (queries, the version that answered and how often it was right, reactions)."""
+        return self.serve(cycle, random.Random(f"users-{self.settings.seed}-{cycle}"))
 
-        Returns the batch's key and what happened (queries, champion accuracy on them, reactions)."""
-        return self.serve(cycle, random.Random(f"users-{self.settings.seed}-{cycle}"), f"cycle{cycle:03d}")
-
-    def serve(self, cycle: int, rng: random.Random, prefix: str, drift: Drift | None = None) -> tuple[str, dict]:
-        """One batch of users of `cycle`, some of them moved to a drifted slice; lands as `<prefix>-<time>.jsonl`."""
+    def serve(self, cycle: int, rng: random.Random, drift: Drift | None = None) -> tuple[list[str], dict]:
+        """One round of users of `cycle`, some of them moved to a drifted slice, then the gateway's log flushed."""
         s = self.settings
-        champion = self.registry.version(CHAMPION)
-        if champion is None:
-            raise RuntimeError("no champion is serving yet: run a first improvement cycle")
-        model = self.registry.load(CHAMPION, self.recipe)
         tasks = questions(rng, self.recipe, s.sim_queries_per_cycle, cycle, drift)
-        answers = self.recipe.answer(model, [t.prompt for t in tasks])
         reactions = Reactions(s.sim_wrong_user_share, s.sim_correction_share)
-        events = [react(rng, t, a, str(champion.version), reactions) for t, a in zip(tasks, answers, strict=True)]
-        lines = [json.dumps(e) for e in events]
-        garbled = 0
-        for i in range(len(lines)):  # a buggy client now and then
-            if rng.random() < s.sim_malformed_share:
-                lines[i] = lines[i][: rng.randrange(1, len(lines[i]))]
-                garbled += 1
-        name = f"{prefix}-{datetime.now(UTC):%Y%m%dT%H%M%S}.jsonl"
-        self.storage.write_bytes(layout.incoming(name), ("\n".join(lines) + "\n").encode())
-        right = [a == t.answer for t, a in zip(tasks, answers, strict=True)]
+        # each user's own random stream, drawn in order: the round is the same whatever order the replies come in
+        streams = [random.Random(rng.getrandbits(64)) for _ in tasks]
+        garbled = [rng.random() < s.sim_malformed_share for _ in tasks]  # a buggy client now and then
+        results = asyncio.run(self._round(tasks, streams, garbled, reactions))
+        right = [r["completion"] == t.answer for t, r in zip(tasks, results, strict=True)]
+        versions = Counter(r["model_version"] for r in results)
         stats = {
-            "queries": len(events), "champion_version": champion.version,
-            "served_accuracy": sum(right) / len(tasks),
-            "up": sum(e["rating"] == "up" for e in events), "down": sum(e["rating"] == "down" for e in events),
-            "corrections": sum(e["correction"] is not None for e in events), "garbled": garbled,
+            "queries": len(tasks), "champion_version": versions.most_common(1)[0][0],
+            "versions": dict(versions), "served_accuracy": sum(right) / len(tasks),
+            "up": sum(r["rating"] == "up" for r in results), "down": sum(r["rating"] == "down" for r in results),
+            "corrections": sum(r["correction"] is not None for r in results), "garbled": sum(garbled),
+            "refused": sum(r["refused"] for r in results),
         }
         if drift is not None:
             on_slice = [ok for t, ok in zip(tasks, right, strict=True) if t.slice == drift.slice]
             stats |= {"drift_queries": len(on_slice), "drift_accuracy": sum(on_slice) / max(1, len(on_slice))}
-        return name, stats
+        return self.flush(), stats
+
+    def ask(self, prompts: list[str], user_id: str) -> list[str]:
+        """Completions from the gateway, as any client gets them."""
+        import httpx
+
+        answers = []
+        with httpx.Client(base_url=self.gateway_url, headers=self.headers, timeout=60) as client:
+            for start in range(0, len(prompts), self.settings.serve_max_prompts):
+                reply = client.post("/v1/answers", json={"prompts": prompts[start:start + self.settings
+                                                                              .serve_max_prompts], "user_id": user_id})
+                reply.raise_for_status()
+                answers += [a["completion"] for a in reply.json()["answers"]]
+        return answers
+
+    def flush(self) -> list[str]:
+        import httpx
+
+        reply = httpx.post(f"{self.gateway_url}/v1/flush", headers=self.headers, timeout=120)
+        reply.raise_for_status()
+        return reply.json()["batches"]
+
+    async def _round(self, tasks, streams, garbled, reactions) -> list[dict]:
+        import aiohttp  # a cheaper client than httpx's async one under many connections (bench/serve.py)
+
+        gate = asyncio.Semaphore(CLIENTS)
+        async with aiohttp.ClientSession(base_url=self.gateway_url, headers=self.headers,
+                                         connector=aiohttp.TCPConnector(limit=CLIENTS),
+                                         timeout=aiohttp.ClientTimeout(total=60)) as client:
+
+            async def user(i: int) -> dict:
+                async with gate:
+                    rng = streams[i]
+                    async with client.post("/v1/answers", json={"prompts": [tasks[i].prompt],
+                                                                "user_id": f"user-{rng.randrange(500)}"}) as reply:
+                        reply.raise_for_status()
+                        answer = (await reply.json())["answers"][0]
+                    feedback = react(rng, tasks[i], answer["completion"], answer["response_id"], reactions)
+                    body = json.dumps(feedback)
+                    if garbled[i]:
+                        body = body[:rng.randrange(1, len(body))]
+                    async with client.post("/v1/feedback", data=body,
+                                           headers={"Content-Type": "application/json"}) as sent:
+                        if sent.status != 202 and not garbled[i]:
+                            sent.raise_for_status()
+                        return {**answer, **feedback, "refused": sent.status != 202}
+
+            return await asyncio.gather(*(user(i) for i in range(len(tasks))))

@@ -1,0 +1,40 @@
+"""`rmi serve`: the gateway on 127.0.0.1:8000 (FastAPI on uvicorn), answering with the champion and taking feedback."""
+
+from __future__ import annotations
+
+import logging
+
+from ..settings import Settings
+from .home import prepare_home, say
+
+
+def cmd_serve(args) -> int:
+    settings = Settings()
+    prepare_home(settings)
+    import uvicorn
+
+    from ..serving.app import build_app
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("mlflow", "alembic", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    app = build_app(settings, alias=args.alias)
+    keys = len(settings.serving.api_keys)
+    say(f"rmi serve: {settings.model_name}@{args.alias} on http://{args.host}:{args.port} "
+        f"({f'{keys} API keys' if keys else 'no API keys: anyone who can reach it may call it'}; Ctrl-C stops it)")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info", access_log=args.access_log,
+                timeout_graceful_shutdown=10)
+    return 0
+
+
+def add_serve_command(sub) -> None:
+    serve = sub.add_parser("serve", help="answer with the champion and take feedback over HTTP",
+                           description="The gateway: POST /v1/answers, /v1/completions (OpenAI), /v1/feedback; "
+                           "GET /, /healthz, /readyz, /metrics. Settings: RMI_SERVE_* (README).")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s; 0.0.0.0 "
+                       "for every interface: set RMI_SERVE_API_KEYS first)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default %(default)s)")
+    serve.add_argument("--alias", default="champion", help="the registry alias to serve and follow "
+                       "(default %(default)s)")
+    serve.add_argument("--access-log", action="store_true", help="log every request line (never bodies)")
+    serve.set_defaults(fn=cmd_serve)

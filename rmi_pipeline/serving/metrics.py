@@ -1,0 +1,42 @@
+"""What `GET /metrics` tells Prometheus: requests, latency, batch sizes, feedback, the version being served."""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+
+disable_created_metrics()  # the *_created series only repeat the start time
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, gateway):
+        self.registry = registry = CollectorRegistry()  # the gateway's own: two apps in one process stay apart
+        self.requests = Counter("rmi_requests", "HTTP requests by route and status", ["route", "status"],
+                                registry=registry)
+        self.latency = Histogram("rmi_request_seconds", "Time to answer a request, by route", ["route"],
+                                 buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10),
+                                 registry=registry)
+        self.batch = Histogram("rmi_batch_prompts", "Prompts decoded together in one forward pass",
+                               buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=registry)
+        self.prompts = Counter("rmi_prompts_answered", "Prompts answered", registry=registry)
+        self.feedback = Counter("rmi_feedback", "Feedback recorded, by rating", ["rating"], registry=registry)
+        self.flushed = Counter("rmi_feedback_batches_written", "Feedback batch files written into incoming/",
+                               registry=registry)
+        version = Gauge("rmi_model_version", "The model version answering (0: none loaded)", ["model", "alias"],
+                        registry=registry)
+        version.labels(gateway.model_name, gateway.alias).set_function(
+            lambda: int(gateway.model.current.version) if gateway.model.current else 0)
+        Gauge("rmi_feedback_log_pending", "Events on disk in the log, not yet in a batch file",
+              registry=registry).set_function(gateway.log.pending)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

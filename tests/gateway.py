@@ -1,0 +1,44 @@
+"""Helpers for tests of `rmi serve`: a gateway in a thread of the test process, and what reached the warehouse."""
+
+import threading
+import time
+from contextlib import contextmanager
+
+
+def warehouse_events(settings) -> list[dict]:
+    """Ingest every batch file the gateways wrote (one tick of the loop's sensor), then read the warehouse."""
+    from dagster import DagsterInstance
+    from dagster._core.instance.ref import InstanceRef
+
+    from rmi_pipeline.automation.in_process import ingest_new_batches
+    from rmi_pipeline.definitions import build_definitions
+
+    defs = build_definitions(settings)
+    with DagsterInstance.from_ref(InstanceRef.from_dir(str(settings.dagster_home))) as instance:
+        ingest_new_batches(defs, instance)
+    with defs.resources["warehouse"].connect(read_only=True) as conn:
+        frame = conn.sql("SELECT event_id, prompt, completion, model_version, rating, correction, user_id, "
+                         "meta->>'response_id' AS response_id, meta->>'client' AS client FROM feedback_events").pl()
+    return frame.to_dicts()
+
+
+@contextmanager
+def gateway_in_thread(settings):
+    """`build_app` under uvicorn in a thread of this process, on a free port (cheaper than a process per variant)."""
+    import uvicorn
+
+    from rmi_pipeline.serving.app import build_app
+    from rmi_pipeline.serving.process import free_port
+
+    server = uvicorn.Server(uvicorn.Config(build_app(settings), host="127.0.0.1", port=free_port(),
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        assert thread.is_alive(), "the gateway did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
