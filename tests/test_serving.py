@@ -17,7 +17,8 @@ from gateway import gateway_in_thread, warehouse_events
 from pydantic import SecretStr
 
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
-from rmi_pipeline.serving.process import free_port, running_gateway, stop, wait_ready
+from rmi_pipeline.resources import build_resources, layout
+from rmi_pipeline.serving.process import free_port, running_gateway, wait_ready
 
 R = ArithmeticRecipe()
 
@@ -212,18 +213,21 @@ def test_the_alias_moves_under_load_with_no_failed_request(served):
 def test_a_killed_gateway_loses_no_acknowledged_feedback(served):
     """kill -9 at random moments while feedback streams in; after each, a new gateway on the same log. Every
     acknowledged (202) event is in the warehouse exactly once, and nothing else is doubled."""
+    from rmi_pipeline.serving.log import FeedbackLog
+
     settings = served["settings"]
     env = {**served["env"], "RMI_SERVE_FLUSH_EVENTS": "150", "RMI_SERVE_FLUSH_SECONDS": "0.5"}
-    acknowledged, sent = [], 0
+    acknowledged, sent, answers = [], 0, []
     rng = random.Random(7)
-    with running_gateway(env) as (url, _):
-        wait_ready(url, "1")
-        answers = httpx.post(f"{url}/v1/answers", json={"prompts": PROMPTS[:40], "user_id": "u"}).json()["answers"]
     for _ in range(3):
         with running_gateway(env) as (url, process):
+            wait_ready(url, "1")
+            if not answers:  # asked of the first gateway, rated through all of them
+                answers = httpx.post(f"{url}/v1/answers", json={"prompts": PROMPTS[:40], "user_id": "u"}).json()[
+                    "answers"]
             stopping = threading.Event()
 
-            def stream(stopping=stopping, url=url):
+            def stream(stopping=stopping, url=url, answers=answers):
                 nonlocal sent
                 with httpx.Client(base_url=url, timeout=10) as http:
                     while not stopping.is_set():
@@ -245,9 +249,10 @@ def test_a_killed_gateway_loses_no_acknowledged_feedback(served):
             stopping.set()
             for s in senders:
                 s.join()
-    with running_gateway(env) as (url, process):  # the log's last events: written by the next gateway
-        httpx.post(f"{url}/v1/flush")
-        stop(process)
+    store = build_resources(settings)["storage"]  # what a fourth gateway would write first: the log's last events
+    log = FeedbackLog(settings.serving.log_path, max_bytes=settings.serving.log_max_bytes, window_seconds=3600)
+    log.flush(lambda name, data: store.write_bytes(layout.incoming(name), data))
+    log.close()
     ours = {a["response_id"] for a in answers}
     rated = [e["event_id"] for e in warehouse_events(settings) if e["rating"] and e["response_id"] in ours]
     assert len(acknowledged) > 300

@@ -64,7 +64,8 @@ def _cycles(cycles: int, defs, instance, world) -> list:
             record.seconds["world"] = time.perf_counter() - t
             say(f"[cycle {cycle}] users asked {record.world['queries']} questions of champion "
                 f"v{record.world['champion_version']} through the gateway (right "
-                f"{record.world['served_accuracy']:.0%}); it wrote {', '.join(batches) or 'no batch'}")
+                f"{record.world['served_accuracy']:.0%}); their feedback is in its batch files"
+                + (f" (the last: {batches[-1]})" if batches else ""))
             t = time.perf_counter()
             record.ingest = ingest_new_batches(defs, instance)
             record.seconds["ingest"] = time.perf_counter() - t

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import threading
+import time
 
 from ..settings import Settings
 from .home import prepare_home, say
@@ -18,6 +22,8 @@ def cmd_serve(args) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("mlflow", "alembic", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.exit_with_parent:
+        _exit_with_parent()
     app = build_app(settings, alias=args.alias)
     keys = len(settings.serving.api_keys)
     say(f"rmi serve: {settings.model_name}@{args.alias} on http://{args.host}:{args.port} "
@@ -25,6 +31,19 @@ def cmd_serve(args) -> int:
     uvicorn.run(app, host=args.host, port=args.port, log_level="info", access_log=args.access_log,
                 timeout_graceful_shutdown=10)
     return 0
+
+
+def _exit_with_parent() -> None:
+    """When the process that started this gateway is gone (a killed `rmi run`), stop as if told to: SIGTERM, which
+    lets uvicorn finish its requests and the log write its last batch."""
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def add_serve_command(sub) -> None:
@@ -37,4 +56,6 @@ def add_serve_command(sub) -> None:
     serve.add_argument("--alias", default="champion", help="the registry alias to serve and follow "
                        "(default %(default)s)")
     serve.add_argument("--access-log", action="store_true", help="log every request line (never bodies)")
+    serve.add_argument("--exit-with-parent", action="store_true", help="stop when the process that started this "
+                       "one exits (how `rmi run` starts it)")
     serve.set_defaults(fn=cmd_serve)

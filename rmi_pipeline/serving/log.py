@@ -205,11 +205,15 @@ class FeedbackLog:
 
     # -- flushing into the object store --------------------------------------------------------------------------
     def flush(self, write_file: Callable[[str, bytes], None], prefix: str = "serve") -> list[str]:
-        """Write every committed event into batch files (`write_file(name, parquet_bytes)`); returns the names.
-        A batch that a killed flush left unwritten is written first, under its own name."""
-        names = []
+        """Write the events committed so far into one batch file (`write_file(name, parquet_bytes)`); returns the
+        names written. A batch that a killed flush left unwritten is written first, under its own name."""
+        names, sealed = [], False
         with self._flush_lock:
-            while (name := self.submit(lambda conn: _seal(conn, prefix)).result()) is not None:
+            while True:
+                name, new = self.submit(lambda conn, may=not sealed: _seal(conn, prefix, may)).result()
+                if name is None:
+                    break
+                sealed = sealed or new
                 events = self.submit(lambda conn, n=name: [json.loads(e) for (e,) in conn.execute(
                     "SELECT event FROM events WHERE batch = ? ORDER BY seq", (n,))]).result()
                 write_file(name, _parquet(events))
@@ -218,18 +222,19 @@ class FeedbackLog:
         return names
 
 
-def _seal(conn, prefix: str) -> str | None:
-    """The batch to write next: one a killed flush left unwritten, else a new one of every unbatched event."""
+def _seal(conn, prefix: str, may_seal: bool) -> tuple[str | None, bool]:
+    """(the batch to write next, whether it is new): one a killed flush left unwritten, else (when `may_seal`) one
+    of every unbatched event; events that arrive while it is written wait for the next flush."""
     row = conn.execute("SELECT name FROM batches WHERE written = 0 ORDER BY name LIMIT 1").fetchone()
     if row:
-        return row[0]
+        return row[0], False
     first = conn.execute("SELECT min(seq), count(*) FROM events WHERE batch IS NULL").fetchone()
-    if not first[1]:
-        return None
+    if not may_seal or not first[1]:
+        return None, False
     name = f"{prefix}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{first[0]:010d}.parquet"
     conn.execute("UPDATE events SET batch = ? WHERE batch IS NULL", (name,))
     conn.execute("INSERT INTO batches VALUES (?, ?, 0)", (name, first[1]))
-    return name
+    return name, True
 
 
 def _written(conn, name: str, oldest: float) -> None:

@@ -1,5 +1,6 @@
 """A gateway in a process of its own, for `rmi run`, `rmi simulate` and the benches: started, waited for until it
-answers, and stopped by its own process id (SIGTERM first: it writes what its log holds, then exits)."""
+answers, and stopped by its own process id (SIGTERM first: it writes what its log holds, then exits); if the
+process that started it is killed, it stops by itself (`--exit-with-parent`)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def running_gateway(env: dict[str, str] | None = None, port: int | None = None, 
 
     port = port or free_port()
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - closed below
-    process = subprocess.Popen([sys.executable, "-m", "rmi_pipeline.cli.main", "serve", "--port", str(port)],
+    process = subprocess.Popen([sys.executable, "-m", "rmi_pipeline.cli.main", "serve", "--port", str(port),
+                                "--exit-with-parent"],
                                env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT,
                                start_new_session=True)
     url = f"http://127.0.0.1:{port}"

@@ -35,8 +35,9 @@ class World:
         return True
 
     def serve_cycle(self, cycle: int) -> tuple[list[str], dict]:
-        """Users of `cycle` ask the gateway and rate its answers; returns the batch files it wrote and what
-        happened (queries, the version that answered and how often it was right, reactions)."""
+        """Users of `cycle` ask the gateway and rate its answers; returns the batch files its closing flush wrote
+        (it may have written others during the round) and what happened (queries, the version that answered and
+        how often it was right, reactions)."""
         return self.serve(cycle, random.Random(f"users-{self.settings.seed}-{cycle}"))
 
     def serve(self, cycle: int, rng: random.Random, drift: Drift | None = None) -> tuple[list[str], dict]:
