@@ -30,3 +30,15 @@ def test_simulating_users_without_a_champion_is_a_clear_error(rmi_env, capsys):
 def test_the_console_script_is_installed():
     rmi = subprocess.run([str(Path(sys.executable).parent / "rmi"), "--help"], capture_output=True, text=True)
     assert rmi.returncode == 0 and "run" in rmi.stdout and "status" in rmi.stdout
+
+
+def test_a_fresh_home_forgets_the_old_gateway_log_and_keeps_what_the_loop_did_not_write(rmi_env):
+    """Events left in a gateway's log belong to the old store: `--fresh` must not flush them into the new one."""
+    from rmi_pipeline.cli.home import prepare_home
+
+    home = rmi_env.resolved_home
+    (home / "serve").mkdir(parents=True)
+    rmi_env.serving.log_path.write_bytes(b"old events")
+    (home / "notes.txt").write_text("mine")
+    prepare_home(rmi_env, fresh=True)
+    assert not rmi_env.serving.log_path.exists() and (home / "notes.txt").read_text() == "mine"

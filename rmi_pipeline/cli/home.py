@@ -10,7 +10,7 @@ from ..settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # a checkout's root, where dagster.yaml and workspace.yaml are
 STATE = ("store", "dagster", "mlartifacts", "mlflow.db", "warehouse.duckdb", "learning_curve.png",
-         "run_summary.json")
+         "run_summary.json", "serve", "serve.log")  # serve/: the gateway's log, whose events belong to the old store
 
 
 def prepare_home(settings: Settings, fresh: bool = False) -> Path:
