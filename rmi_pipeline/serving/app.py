@@ -185,7 +185,6 @@ def build_app(settings: Settings, alias: str = "champion") -> FastAPI:
     app = FastAPI(title="rmi serve", version=_version(), lifespan=lifespan,
                   telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
                   description="Answers from the champion, and the feedback that trains its successor.")
-    app.state.gateway = gateway
     if config.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
@@ -288,9 +287,11 @@ def build_app(settings: Settings, alias: str = "champion") -> FastAPI:
     async def metrics() -> Response:
         return Response(await asyncio.to_thread(gateway.metrics.render), media_type=gateway.metrics.content_type)
 
+    chat_page = package_files.files(__package__).joinpath("page.html").read_text()  # read once, not per visit
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> str:
-        return package_files.files(__package__).joinpath("page.html").read_text()
+        return chat_page
 
     @app.exception_handler(HTTPException)
     async def refused(request: Request, exc: HTTPException) -> JSONResponse:
@@ -316,7 +317,6 @@ class FrontDoor:
 
     def __init__(self, app, max_body_bytes: int, metrics):
         self.app, self.max_body_bytes, self.metrics = app, max_body_bytes, metrics
-        self.state = app.state
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
