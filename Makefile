@@ -7,7 +7,7 @@ export RMI_HOME ?= $(CURDIR)/.rmi
 # torch's waiting threads sleep instead of spinning, so shared cores stay usable
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: run test ui serve bench lint clean
+.PHONY: run run-hf test ui serve bench lint clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,14 +18,23 @@ $(STAMP): pyproject.toml constraints.txt
 run: $(STAMP)  ## the whole loop on embedded defaults, from an empty RMI_HOME
 	$(BIN)/rmi run --fresh
 
-test: $(STAMP)  ## the test suite (about 5 minutes on 2 cores)
+# the text recipe: word-list tasks on a small Hugging Face Llama built here (README: Bring your Hugging Face model)
+HF_ENV := RMI_RECIPE=rmi_pipeline.recipes.words:WordsRecipe RMI_MODEL_NAME=rmi-words RMI_HOME=$(CURDIR)/.rmi-words \
+	RMI_BOOTSTRAP_STEPS=1200 RMI_TRAIN_STEPS=600
+
+run-hf: $(STAMP)  ## the whole loop on the text recipe, 3 cycles, in .rmi-words
+	$(HF_ENV) $(BIN)/rmi run --fresh --cycles 3
+
+test: $(STAMP)  ## the test suite (about 10 minutes on 2 cores)
 	@# the browser test drives Debian's Chromium (never a downloaded browser); installed when we may
 	command -v chromium >/dev/null || [ "$$(id -u)" != 0 ] || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 	@# the production-profile test starts Debian's PostgreSQL server on 127.0.0.1
 	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
-	$(BIN)/python -m pytest -q tests
+	@# two workers: while one waits on a server or a daemon, the other computes; each file runs on one worker,
+	@# the files on the one real loop run all on the same one (tests/conftest.py)
+	$(BIN)/python -m pytest -q -n 2 tests
 
 ui: $(STAMP)  ## the Dagster web UI on http://127.0.0.1:3000 over RMI_HOME
 	$(BIN)/rmi ui

@@ -152,7 +152,7 @@ def part2(rows: int, steps: dict[str, int]) -> None:
 
     recipe = ArithmeticRecipe()
     frame = synth(rows, seed=7, bad=0, repeated=0)
-    tokens, mask = recipe.encode(frame["prompt"].to_list(), frame["completion"].to_list())
+    tokens, mask = recipe.encode(None, frame["prompt"].to_list(), frame["completion"].to_list())
     print(f"\ntraining speed by model size ({rows:,} rows, batch 64, {torch.get_num_threads()} threads, "
           f"this machine's CPU)\n{'size':>6} {'parameters':>11} {'steps':>6} {'steps/s':>8} {'tokens/s':>9} "
           f"{'x':>7}")

@@ -61,7 +61,7 @@ def main() -> None:
     torch.set_num_threads(1)
     recipe = ArithmeticRecipe()
     tasks = recipe.sample_tasks(random.Random(0), 20_000, list(recipe.skills), list(recipe.tiers))
-    tokens, mask = recipe.encode([t.prompt for t in tasks], [t.answer for t in tasks])
+    tokens, mask = recipe.encode(None, [t.prompt for t in tasks], [t.answer for t in tasks])
     torch.manual_seed(0)
     initial = recipe.build_model(learning_rate=3e-3, max_steps=args.steps)
     order = torch.randint(0, len(tokens), (args.steps, args.batch_size), generator=torch.Generator().manual_seed(0))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -133,8 +134,9 @@ class Settings(BaseSettings):
     strategy: str = Field(default="auto", description="Lightning strategy: auto, ddp, fsdp, ...")
     precision: str = Field(default="auto", description="auto: bf16-mixed on a GPU, 32-true on a CPU.")
     num_nodes: int = Field(default=1, description="Machines in a distributed training.")
-    model_size: str = Field(default="tiny", description="Size of a first model: tiny (0.1M, CPU), tiny-places (0.1M, "
-                            "positions by place value: generalizes to longer numbers) or gpu (85M).")
+    model_size: str = Field(default="tiny", description="Size of a first model, the recipe's: arithmetic tiny (0.1M, "
+                            "CPU), tiny-places (0.1M, positions by place value: generalizes to longer numbers) or "
+                            "gpu (85M); words tiny (0.4M), small (3.6M) or gpu (85M).")
     training_launcher: str = Field(default="subprocess", description="How candidate_model starts the training "
                                    "program through Dagster Pipes: subprocess, or 'module:function' returning a "
                                    "Pipes client such as a PipesK8sClient (deploy/README.md).")
@@ -157,6 +159,10 @@ class Settings(BaseSettings):
                                 "the coach retry each cycle.")
     rollout_samples: int = Field(default=8, description="Sampled answers per problem in an RL group.")
     sample_temperature: float = Field(default=0.7, description="Temperature of sampled answers.")
+    hint_distillation: Literal["answers", "tokens"] | None = Field(default=None, description=(
+        "How hinted successes (hint_distill) teach: 'answers' trains on the hinted answer under the plain prompt; "
+        "'tokens' pulls the unhinted model's next-token distributions on that answer toward the hinted model's "
+        "(KL; only for recipes whose hints are words). Unset: the recipe's choice."))
     self_label_problems: int = Field(default=1000, description="Problems per skill and tier the champion labels "
                                      "past its reliable range (100 per tier find that edge): its checks keep a fifth "
                                      "to two fifths of them one tier past it, fewer further out. A mix where "
@@ -169,7 +175,8 @@ class Settings(BaseSettings):
                                  "file://HOME/evals.")
     refreshed_items_per_slice: int = Field(default=100, description="Fresh eval problems per slice each cycle.")
     mined_share: float = Field(default=0.2, description="Share of corrected hard cases held out as the mined slice.")
-    ngram_n: int = Field(default=13, description="n of the n-gram contamination check for text recipes.")
+    ngram_n: int | None = Field(default=None, description="n of the n-gram contamination check for text recipes "
+                                "(whitespace tokens); unset: the recipe's (13, the words recipe's short prompts 6).")
     gate_min_gain: float = Field(default=0.0, description="The gain's lower confidence bound must exceed this.")
     gate_slice_tolerance: float = Field(default=0.05, description="A slice falling more than this, significantly, "
                                         "blocks promotion.")
@@ -232,6 +239,9 @@ class Settings(BaseSettings):
     sim_wrong_user_share: float = Field(default=0.05, description="Users whose verdict is the wrong one.")
     sim_correction_share: float = Field(default=0.6, description="Thumbs-down that carry the right answer.")
     sim_malformed_share: float = Field(default=0.002, description="Lines a buggy client garbles.")
+    sim_eval_like_share: float = Field(default=0.02, ge=0, le=1, description="Questions that reuse an eval item's "
+                                       "text in another question (where the recipe has such variants: the words "
+                                       "recipe), which the n-gram contamination check should keep out of training.")
     eval_items_per_slice: int = Field(default=100, description="Curated eval problems per skill and tier.")
 
     # S3 storage (credentials: the standard AWS_* variables, never RMI_*)

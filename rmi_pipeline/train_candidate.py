@@ -65,6 +65,7 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     import polars as pl
     import torch
 
+    from .ml.objective import taught_by_teacher
     from .ml.rl import first_mistake
     from .ml.train import fit
     from .recipes.base import load_recipe, slice_name
@@ -73,29 +74,33 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     recipe = load_recipe(extras["recipe"])
     storage = extras.get("storage_options") or {}
     data = pl.read_parquet(io.BytesIO(_read(extras["dataset_uri"], storage)))
-    tokens, mask = recipe.encode(data["prompt"].to_list(), data["target"].to_list())
-    weights = torch.tensor(data["weight"].to_numpy())
-    names = data["mix"].unique(maintain_order=True).to_list()  # the training mix's sources present
-    sources = torch.tensor(data["mix"].replace_strict({n: i for i, n in enumerate(names)}).to_numpy())
-    scales = torch.tensor(data["scale"].to_numpy())
-    if "reference" in data.columns and data["reference"].is_not_null().any():  # wrong RL answers and a right one
-        wrong = data.with_row_index().filter(pl.col("reference").is_not_null())
-        reference, _ = recipe.encode(wrong["prompt"].to_list(), wrong["reference"].to_list())
-        at = torch.tensor(wrong["index"].to_numpy(), dtype=torch.long)
-        cut = first_mistake(tokens[at], mask[at], reference)
-        scales[at] *= cut.sum(1) / mask[at].sum(1).clamp(min=1)  # a row's loss is a mean over its answer tokens
-        mask[at] = cut
-    focus = set(extras.get("focus") or [])
-    if focus:  # a regression cycle: weight the regressed slices up
-        in_focus = torch.tensor([slice_name(s, t) in focus for s, t in zip(data["skill"], data["tier"], strict=True)])
-        weights = torch.where(in_focus, weights * extras["focus_weight"], weights)
-
     steps, seed = int(extras["steps"]), int(extras["seed"])
     torch.manual_seed(seed)  # the same dataset and seed give the same candidate
     if extras.get("warm_start_uri"):  # the champion's architecture and weights, a fresh optimizer
         module = recipe.load_checkpoint(_read(extras["warm_start_uri"], storage), extras["learning_rate"], steps)
     else:
         module = recipe.build_model(extras["learning_rate"], steps, size=extras["model_size"])
+    tokens, mask = recipe.encode(module, data["prompt"].to_list(), data["target"].to_list())
+    weights = torch.tensor(data["weight"].to_numpy())
+    names = data["mix"].unique(maintain_order=True).to_list()  # the training mix's sources present
+    sources = torch.tensor(data["mix"].replace_strict({n: i for i, n in enumerate(names)}).to_numpy())
+    scales = torch.tensor(data["scale"].to_numpy())
+    if "reference" in data.columns and data["reference"].is_not_null().any():  # wrong RL answers and a right one
+        wrong = data.with_row_index().filter(pl.col("reference").is_not_null())
+        reference, _ = recipe.encode(module, wrong["prompt"].to_list(), wrong["reference"].to_list())
+        at = torch.tensor(wrong["index"].to_numpy(), dtype=torch.long)
+        cut = first_mistake(tokens[at], mask[at], reference)
+        scales[at] *= cut.sum(1) / mask[at].sum(1).clamp(min=1)  # a row's loss is a mean over its answer tokens
+        mask[at] = cut
+    teacher_rows = None
+    if (extras.get("hint_distillation") or recipe.hint_distillation) == "tokens" and "teacher" in data.columns:
+        teacher_rows = taught_by_teacher(recipe, module, data["teacher"].to_list(), data["target"].to_list())
+        scales = torch.where(teacher_rows >= 0, torch.zeros_like(scales), scales)  # they learn from it only
+    focus = set(extras.get("focus") or [])
+    if focus:  # a regression cycle: weight the regressed slices up
+        in_focus = torch.tensor([slice_name(s, t) in focus for s, t in zip(data["skill"], data["tier"], strict=True)])
+        weights = torch.where(in_focus, weights * extras["focus_weight"], weights)
+
     trainer = Settings(**extras["trainer"]).trainer_options()  # resolved here: "auto" means this machine's GPU
 
     def report(step: int, total: int, loss: float) -> None:
@@ -104,7 +109,8 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
 
     result = fit(module, tokens, mask, weights, max_steps=steps, max_seconds=extras["max_seconds"],
                  batch_size=extras["batch_size"], seed=seed, trainer=trainer,
-                 report=report if pipes is not None else None, scales=scales, sources=sources)
+                 report=report if pipes is not None else None, scales=scales, sources=sources,
+                 teacher_rows=teacher_rows)
     if not result.is_global_zero:
         return None
     _write(extras["checkpoint_uri"], recipe.checkpoint(module), storage)

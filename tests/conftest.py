@@ -68,3 +68,29 @@ def served(loop_home, tmp_path_factory):
     registry = build_resources(settings)["registry"]
     registry.promote("1", {"promoted_by": "test"})
     return {"home": home, "env": env, "settings": settings, "registry": registry}
+
+
+# The files whose tests inspect the one real loop run (loop_home, served). Under `pytest -n` (make test) each file
+# runs on one worker, so its module fixtures are built once, and these files all on the same one, so the loop runs
+# once. (xdist's own `loadgroup` marks do nothing under pytest 9: it renames `item._nodeid`, which pytest 9 no
+# longer reads.)
+LOOP_FILES = {"test_browser.py", "test_cli.py", "test_ddp.py", "test_loop.py", "test_serving.py", "test_ui.py"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return "loop" if file.rsplit("/", 1)[-1] in LOOP_FILES else file
+
+    return ByFile(config, log)
+
+
+def pytest_collection_modifyitems(items):
+    """A test on the loop run outside LOOP_FILES would run the loop a second time: say so instead."""
+    for item in items:
+        if {"loop_home", "served"} & set(getattr(item, "fixturenames", ())) and item.path.name not in LOOP_FILES:
+            raise pytest.UsageError(f"{item.nodeid} uses the loop run: add {item.path.name} to LOOP_FILES "
+                                    "in tests/conftest.py")

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+from rmi_pipeline.recipes.hf import HFOptions
 from rmi_pipeline.settings import Settings
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
@@ -17,3 +18,8 @@ def shown(field) -> str:
 def test_every_setting_is_in_the_readme_with_its_default():
     for name, field in Settings.model_fields.items():
         assert f"| `RMI_{name.upper()}` | `{shown(field)}` |" in README, name
+
+
+def test_the_hugging_face_recipe_settings_are_in_the_readme_with_their_defaults():
+    for name, field in HFOptions.model_fields.items():
+        assert f"| `RMI_HF_{name.upper()}` | `{shown(field)}` |" in README, name

@@ -106,7 +106,7 @@ def test_a_challenger_trained_on_leaked_eval_items_is_caught(loop):
     recipe, registry = ArithmeticRecipe(), loop["registry"]
     anchor = loop["eval_store"].read_json("anchor/suite.json")["items"]
     leaked = recipe.load_checkpoint(registry.checkpoint("champion")[1], learning_rate=3e-3, max_steps=1200)
-    tokens, mask = recipe.encode([i["prompt"] for i in anchor], [i["answer"] for i in anchor])
+    tokens, mask = recipe.encode(leaked, [i["prompt"] for i in anchor], [i["answer"] for i in anchor])
     fit(leaked, tokens, mask, max_steps=1200, max_seconds=240)
     register(loop, leaked, "leaked")
     promoted, report = evaluate_challenger(loop)

@@ -21,7 +21,7 @@ def test_generated_problems_have_their_tier_and_true_answers():
 
 
 def test_training_rows_put_loss_only_on_the_answer_and_decode_back():
-    ids, mask = R.encode(["123+45="], ["168"])
+    ids, mask = R.encode(None, ["123+45="], ["168"])
     assert ids.shape == (1, tok.BLOCK_SIZE) and mask.sum() == tok.ANSWER_LEN
     assert ids.dtype == torch.uint8  # a byte per token: millions of rows stay small
     answer_ids = ids[0, tok.PROMPT_LEN:].tolist()

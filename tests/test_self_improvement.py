@@ -41,7 +41,7 @@ def test_a_hint_from_the_critique_turns_a_failure_into_a_distilled_success():
     assert R.hinted_answer(model, ["3+5="], ["7"], [critique]) == ["8"]
     result = coach(R, model, ["3+5=", "3+4="], temperature=1.0, seed=0)
     assert (result.failed, result.hinted, result.solved_with_hint) == (1, 1, 1)
-    assert result.rows == [{"prompt": "3+5=", "target": "8"}]  # the hint is not in the distilled row
+    assert result.rows == [{"prompt": "3+5=", "target": "8", "teacher": None}]  # the hint is not in the row
 
 
 def test_a_critique_without_a_usable_hint_gives_no_second_attempt():
@@ -65,8 +65,8 @@ def test_rl_rewards_answers_against_their_group_and_drops_groups_that_all_score_
 def test_a_wrong_answer_is_pushed_down_only_at_its_first_mistake():
     from rmi_pipeline.ml.rl import first_mistake
 
-    tokens, mask = R.encode(["15+5=", "15+5="], ["10", "20"])  # the model writes the ones first: 0,1 and 0,2
-    reference, _ = R.encode(["15+5=", "15+5="], ["20", "20"])
+    tokens, mask = R.encode(None, ["15+5=", "15+5="], ["10", "20"])  # the model writes the ones first: 0,1 and 0,2
+    reference, _ = R.encode(None, ["15+5=", "15+5="], ["20", "20"])
     cut = first_mistake(tokens, mask, reference)
     first = tok.PROMPT_LEN
     assert cut[0].nonzero().flatten().tolist() == [first + 1]  # the tens digit; the right ones digit is kept
@@ -156,7 +156,7 @@ def test_a_place_value_model_taught_up_to_3_digits_answers_some_4_digit_sums():
     near, free = model.model.bias  # the first head prefers keys of nearby places; the last is free; both causal
     assert near[0, 0] == 0 and near[0, 1] == float("-inf") and near[20, 3] == 0 > near[20, 2] and free[20, 2] == 0
     seed_set = R.seed_tasks(random.Random(0))
-    fit(model, *R.encode([t.prompt for t in seed_set], [t.answer for t in seed_set]), max_steps=3000,
+    fit(model, *R.encode(model, [t.prompt for t in seed_set], [t.answer for t in seed_set]), max_steps=3000,
         max_seconds=600, seed=1)
     rng = random.Random(5)
     taught = sum(R.correct(model, R.sample_tasks(rng, 200, ["add"], [3]))) / 200

@@ -54,16 +54,17 @@ def training_dataset(context: AssetExecutionContext, settings: ResourceParam[Set
     feedback = warehouse.query(
         "SELECT prompt, coalesce(correction, completion) AS target, batch_id, "
         "CASE WHEN correction IS NOT NULL THEN 'correction' ELSE 'thumbs_up' END AS source, 1.0::DOUBLE AS scale, "
-        "NULL::VARCHAR AS reference "
+        "NULL::VARCHAR AS reference, NULL::VARCHAR AS teacher "
         "FROM feedback_events WHERE correction IS NOT NULL OR rating = 'up' ORDER BY ts, event_id")
     seed = recipe.seed_tasks(random.Random(settings.seed))
     champion = registry.version(CHAMPION)
     rows = pl.concat([
         pl.DataFrame({"prompt": [t.prompt for t in seed], "target": [t.answer for t in seed],
                       "batch_id": [None] * len(seed), "source": ["seed"] * len(seed), "scale": [1.0] * len(seed),
-                      "reference": [None] * len(seed)},
+                      "reference": [None] * len(seed), "teacher": [None] * len(seed)},
                      schema=feedback.schema),
         feedback,
+        _hinted_corrections(recipe, warehouse, feedback.schema),
         _practice_rows(storage, champion, feedback.schema),
     ])
     canary_rows = rows.filter(pl.col("prompt").str.contains(canary, literal=True)
@@ -118,6 +119,24 @@ def training_dataset(context: AssetExecutionContext, settings: ResourceParam[Set
     )
 
 
+def _hinted_corrections(recipe, warehouse: Warehouse, schema):
+    """For a recipe whose hints are words: each correction the verifier accepts, also as a lesson in reading a
+    hint (the critique of the answer the user corrected, in the prompt; the correction as target). The coach's
+    hints are only as useful as the model's reading of them at the tiers it is corrected on."""
+    import polars as pl
+
+    if recipe.hint("", "") is None:
+        return pl.DataFrame(schema=schema)
+    corrected = warehouse.query("SELECT prompt, completion, correction, batch_id FROM feedback_events "
+                                "WHERE correction IS NOT NULL ORDER BY ts, event_id")
+    rows = [(recipe.hint(p, recipe.verify(p, c)[1]), fix, batch) for p, c, fix, batch in corrected.iter_rows()
+            if recipe.is_valid_prompt(p) and recipe.verify(p, fix)[0] == 1 and recipe.verify(p, c)[0] < 1]
+    return pl.DataFrame({"prompt": [r[0] for r in rows], "target": [r[1] for r in rows],
+                         "batch_id": [r[2] for r in rows], "source": ["correction"] * len(rows),
+                         "scale": [1.0] * len(rows), "reference": [None] * len(rows), "teacher": [None] * len(rows)},
+                        schema=schema)
+
+
 def _batches_of(storage: ObjectStore, version: str | None) -> set[str]:
     key = layout.dataset_manifest(version)
     return set(storage.read_json(key)["batches"]) if version and storage.exists(key) else set()
@@ -138,10 +157,11 @@ def _practice_rows(storage: ObjectStore, champion, schema):
     for key in storage.list(layout.PRACTICE):
         if key.endswith(".parquet"):
             frame = storage.read_parquet(key)
-            if "reference" not in frame.columns:  # made before wrong RL answers named a right one
-                frame = frame.with_columns(reference=pl.lit(None, pl.String))
+            for column in ("reference", "teacher"):  # made before wrong RL answers named a right one, or before
+                if column not in frame.columns:      # hinted successes kept their hinted prompt
+                    frame = frame.with_columns(pl.lit(None, pl.String).alias(column))
             if key != current:
                 frame = frame.filter(pl.col("source") != "rl").with_columns(source=pl.lit(EARLIER_PRACTICE))
             made.append(frame.select("prompt", "target", pl.lit(None, pl.String).alias("batch_id"), "source",
-                                     "scale", "reference"))
+                                     "scale", "reference", "teacher"))
     return pl.concat(made) if made else pl.DataFrame(schema=schema)

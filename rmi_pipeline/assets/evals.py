@@ -81,12 +81,13 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
     # Slices too small to keep private (every problem is one a user will ask) are scored but not counted,
     # so training on their problems is no leak.
     sealed = [i for i in anchor["items"] + refreshed if (i["skill"], i["tier"]) in private] + mined
+    ngram_n = settings.ngram_n or recipe.ngram_n
     manifest = {
         "version": anchor["version"], "refreshed_version": stamp, "mined_version": stamp,
         "canary": anchor["canary"], "mined_share": settings.mined_share,
         "hashes": sorted({recipe.prompt_hash(i["prompt"]) for i in sealed}),
-        "ngram_n": settings.ngram_n,
-        "ngram_hashes": sorted({h for i in sealed for h in ngram_hashes(i["prompt"], settings.ngram_n)})
+        "ngram_n": ngram_n,
+        "ngram_hashes": sorted({h for i in sealed for h in ngram_hashes(i["prompt"], ngram_n)})
         if recipe.text_recipe else [],
         "slices": slices,
         "sets": {"anchor": len(anchor["items"]), "refreshed": len(refreshed), "mined": len(mined)},

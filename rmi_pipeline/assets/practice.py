@@ -47,7 +47,8 @@ def practice(context: AssetExecutionContext, settings: ResourceParam[Settings], 
         storage.write_json(layout.practice_failed(champion.version), {"prompts": made.failed_prompts})
 
     frame = pl.DataFrame(made.rows, schema={"prompt": pl.String, "target": pl.String, "source": pl.String,
-                                            "scale": pl.Float64, "reference": pl.String}
+                                            "scale": pl.Float64, "reference": pl.String,
+                                            "teacher": pl.String}
                          ).with_columns(pl.col("scale").fill_null(1.0))
     path = layout.practice_rows(champion.version, events)
     storage.write_parquet(path, frame)

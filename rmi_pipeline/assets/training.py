@@ -70,6 +70,7 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, set
         "steps": steps, "max_seconds": max_seconds, "seed": seed,
         "batch_size": settings.batch_size, "learning_rate": settings.learning_rate,
         "focus": list(config.focus), "focus_weight": config.focus_weight,
+        "hint_distillation": settings.hint_distillation,
         "trainer": {"accelerator": settings.accelerator, "devices": settings.devices, "strategy": settings.strategy,
                     "precision": settings.precision, "num_nodes": settings.num_nodes},
     }

@@ -72,7 +72,8 @@ class CycleRecord:
 
 def summary_table(records: list[CycleRecord]) -> str:
     skills = sorted({s for r in records for s in r.champion if s != "mean"})
-    head = (["cycle", "fb rows", "ingested", "quarant.", "dataset", "eval rows out", "mined out", "chal mean",
+    head = (["cycle", "fb rows", "ingested", "quarant.", "dataset", "eval rows out", "n-gram out", "mined out",
+             "chal mean",
              "gain [98% interval]", "verdict"] + [f"champ {s}" for s in skills]
             + ["champ mean", "champion", "s world", "s ingest", "s train", "s eval", "s total"])
     rows = []
@@ -83,7 +84,8 @@ def summary_table(records: list[CycleRecord]) -> str:
         secs = [r.seconds.get(k) for k in ("world", "ingest", "train", "eval")]
         rows.append([str(r.cycle), fmt(r.ingest.get("rows_in")), fmt(r.ingest.get("ingested")),
                      fmt(r.ingest.get("quarantined")), fmt(r.dataset_rows),
-                     fmt(r.contamination.get("removed_eval_overlap")), fmt(r.contamination.get("held_out_mined")),
+                     *(fmt(r.contamination.get(k)) for k in ("removed_eval_overlap", "removed_ngram_overlap",
+                                                             "held_out_mined")),
                      fmt(r.challenger.get("mean")), gain, r.verdict or "-"]
                     + [fmt(r.champion.get(s)) for s in skills] + [fmt(r.champion.get("mean"))]
                     + [f"v{r.champion_version}" if r.champion_version else "-"]

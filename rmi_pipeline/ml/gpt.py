@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .objective import adamw_warmup_cosine, batch_loss
+
 
 @dataclass
 class GPTConfig:
@@ -147,38 +149,19 @@ class LitGPT(L.LightningModule):
     row's data source by index, so the loss of each source can be followed.
     """
 
-    NEGATIVE_LOSS_CAP = 5.0
-
     def __init__(self, config: dict, learning_rate: float = 3e-3, warmup_steps: int = 50, max_steps: int = 1000):
         super().__init__()
         self.save_hyperparameters()
         self.model = GPT(GPTConfig(**config))
 
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model(tokens)
+
     def training_step(self, batch, batch_idx):
-        tokens, mask = batch[0].long(), batch[1]  # rows are stored a byte per token
-        logits = self.model(tokens[:, :-1])
-        target_mask = mask[:, 1:].float()
-        nll = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
-        row_loss = (nll * target_mask).sum(1) / target_mask.sum(1).clamp(min=1)
-        if len(batch) > 2:
-            scale = batch[2].to(row_loss.dtype)
-            pushed = torch.where(scale < 0, row_loss.clamp(max=self.NEGATIVE_LOSS_CAP), row_loss)
-            loss = (pushed * scale).mean()
-        else:
-            loss = row_loss.mean()
+        loss, row_loss = batch_loss(self.model(batch[0].long()[:, :-1]), batch)  # rows are stored a byte per token
         self.log("train_loss", loss, prog_bar=True)
         return {"loss": loss, "row_loss": row_loss.detach(), "source": batch[3] if len(batch) > 3 else None}
 
     def configure_optimizers(self):
         hp = self.hparams
-        opt = torch.optim.AdamW(self.parameters(), lr=hp.learning_rate, betas=(0.9, 0.99), weight_decay=0.01)
-
-        def factor(step: int) -> float:
-            if step < hp.warmup_steps:
-                return (step + 1) / hp.warmup_steps
-            progress = min(1.0, (step - hp.warmup_steps) / max(1, hp.max_steps - hp.warmup_steps))
-            return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
-
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
-
+        return adamw_warmup_cosine(self.parameters(), hp.learning_rate, hp.warmup_steps, hp.max_steps)

@@ -9,8 +9,9 @@ digits), those after follow from the mistake, and pushing whole wrong answers do
 bench/ablation.py.
 
 Coaching: a failed first attempt gets the verifier's critique back as a hint for a second attempt (the recipe
-decides what a hint is); a hinted success becomes a plain (prompt, answer) row, so the model learns to do
-unaided what it did with help (distillation).
+decides what a hint is: words in the prompt, or a decoding constraint); a hinted success becomes a plain (prompt,
+answer) row, so the model learns to do unaided what it did with help (distillation). Where the hint is words, the
+row also keeps the hinted prompt, so it can instead teach token by token (RMI_HINT_DISTILLATION, ml/objective.py).
 """
 
 from __future__ import annotations
@@ -56,15 +57,19 @@ def rollouts(recipe, model, prompts: list[str], sampling: Sampling, seed: int) -
 
 
 def first_mistake(tokens: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-    """The loss mask of wrong sampled answers cut to the one answer token where each leaves its `reference`."""
-    differs = (tokens != reference) & mask
+    """The loss mask of wrong sampled answers cut to the one answer token where each leaves its `reference`
+    (rows of any widths: a shorter one is padded with a token id no row holds)."""
+    width = tokens.shape[1]
+    reference = torch.nn.functional.pad(reference.long(), (0, max(0, width - reference.shape[1])), value=-1)
+    differs = (tokens.long() != reference[:, :width]) & mask
     first = torch.where(differs.any(1), differs.float().argmax(1), torch.full((len(tokens),), -1))
     return mask & (torch.arange(tokens.shape[1]) == first.unsqueeze(1))
 
 
 @dataclass
 class Coaching:
-    rows: list[dict] = field(default_factory=list)  # hinted successes: {"prompt", "target"}, no hint in them
+    # hinted successes: {"prompt", "target"} without the hint, and "teacher": the hinted prompt where it is text
+    rows: list[dict] = field(default_factory=list)
     failed: int = 0  # prompts whose first (greedy) attempt failed
     hinted: int = 0  # of those, the ones whose critique held a usable hint
     solved_with_hint: int = 0
@@ -83,12 +88,12 @@ def coach(recipe, model, prompts: list[str], temperature: float, seed: int) -> C
     out.failed_prompts = [p for p, _, _ in failures]
     seconds = recipe.hinted_answer(model, out.failed_prompts, [a for _, a, _ in failures], [c for _, _, c in failures])
     retries = [group[0] for group in recipe.sample(model, out.failed_prompts, 1, temperature, seed)]
-    for prompt, second, retry in zip(out.failed_prompts, seconds, retries, strict=True):
+    for (prompt, _, critique), second, retry in zip(failures, seconds, retries, strict=True):
         out.solved_without_hint += recipe.verify(prompt, retry)[0] == 1
         if second is None:
             continue
         out.hinted += 1
         if recipe.verify(prompt, second)[0] == 1:
             out.solved_with_hint += 1
-            out.rows.append({"prompt": prompt, "target": second})
+            out.rows.append({"prompt": prompt, "target": second, "teacher": recipe.hint(prompt, critique)})
     return out

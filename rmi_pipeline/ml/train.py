@@ -103,8 +103,10 @@ def fit(
     report: Callable[[int, int, float], None] | None = None,
     scales: torch.Tensor | None = None,
     sources: torch.Tensor | None = None,
+    teacher_rows: torch.Tensor | None = None,
 ) -> FitResult:
-    """`scales` multiply each row's loss (RL advantages); `sources` (row source ids) get their loss followed."""
+    """`scales` multiply each row's loss (RL advantages); `sources` (row source ids) get their loss followed;
+    `teacher_rows` index the module's `teacher` distributions (-1: none; ml/objective.py)."""
     if len(tokens) == 0:
         raise ValueError("cannot train on an empty dataset")
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
@@ -112,11 +114,13 @@ def fit(
     L.seed_everything(seed, workers=True, verbose=False)
     weights = torch.ones(len(tokens)) if weights is None else weights.double()
     columns = [tokens, loss_mask]
-    if scales is not None or sources is not None:
+    if scales is not None or sources is not None or teacher_rows is not None:
         columns += [torch.ones(len(tokens)) if scales is None else scales.float(),
                     torch.zeros(len(tokens), dtype=torch.long) if sources is None else sources.long()]
+    if teacher_rows is not None:
+        columns.append(teacher_rows.long())
     rows = _WeightedRows(TensorDataset(*columns), weights, max_steps, batch_size, seed)
-    progress = _Progress(max_steps, report, int(sources.max()) + 1 if sources is not None else 0)
+    progress = _Progress(max_steps, report, int(sources.max()) + 1 if sources is not None else int(len(columns) > 2))
     trainer = L.Trainer(
         max_steps=max_steps,
         max_time=timedelta(seconds=max_seconds),

@@ -25,14 +25,17 @@ class Recipe(ABC):
     skills: tuple[str, ...]
     tiers: tuple[int, ...]
     text_recipe: bool = False  # free text: training is also checked for n-gram overlap with the evals
+    ngram_n: int = 13  # of that check (RMI_NGRAM_N): long enough that a shared phrase is shared content
+    hint_distillation: str = "answers"  # or "tokens", for hints in words (RMI_HINT_DISTILLATION, ml/objective.py)
 
     @abstractmethod
     def build_model(self, learning_rate: float, max_steps: int, size: str = "tiny", config: dict | None = None):
         """A fresh LightningModule with random weights, of a named size (or the exact `config` of a checkpoint)."""
 
-    @abstractmethod
     def model_config(self, module) -> dict:
-        """What rebuilds `module` with build_model(config=...): plain JSON-like values, saved with its weights."""
+        """What rebuilds `module` with build_model(config=...): plain JSON-like values, saved with its weights by
+        the default `checkpoint` (a recipe that writes its own checkpoints needs none)."""
+        raise NotImplementedError(f"{type(self).__name__} writes no config-and-weights checkpoints")
 
     def checkpoint(self, module) -> bytes:
         """The module as a checkpoint file's bytes: its config and its weights (no pickled code)."""
@@ -50,9 +53,10 @@ class Recipe(ABC):
         return module
 
     @abstractmethod
-    def encode(self, prompts: list[str], completions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Training rows: (tokens, loss_mask), loss on completion tokens only. Tokens may be any integer type: the
-        smallest that holds the vocabulary keeps millions of rows small (the model casts a batch to int64)."""
+    def encode(self, module, prompts: list[str], completions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training rows for `module` (its tokenizer, where it has one): (tokens, loss_mask), right-padded, loss on
+        the completion tokens only. Tokens may be any integer type: the smallest that holds the vocabulary keeps
+        millions of rows small (the model casts a batch to int64)."""
 
     @abstractmethod
     def answer(self, model: torch.nn.Module, prompts: list[str]) -> list[str]:
@@ -63,11 +67,22 @@ class Recipe(ABC):
                seed: int) -> list[list[str]]:
         """`k` sampled completions per prompt: the groups of RL and the votes of self-labelling."""
 
+    def hint(self, prompt: str, critique: str) -> str | None:
+        """The prompt with the coach's critique in it as words, for a model that reads hints; None (the default)
+        for a recipe whose hints are not text."""
+        return None
+
     def hinted_answer(self, model: torch.nn.Module, prompts: list[str], answers: list[str],
                       critiques: list[str]) -> list[str | None]:
         """A second attempt at each failed prompt with the coach's critique as a hint; None where the critique
-        holds no usable hint. The hint's format is the recipe's: text for a text model, a decoding constraint here."""
-        return [None] * len(prompts)
+        holds no usable hint. By default the hinted prompt (`hint`) is answered; a recipe may hint otherwise (the
+        arithmetic one bans a digit while decoding)."""
+        hinted = [self.hint(p, c) for p, c in zip(prompts, critiques, strict=True)]
+        usable = [i for i, h in enumerate(hinted) if h is not None]
+        out: list[str | None] = [None] * len(prompts)
+        for i, text in zip(usable, self.answer(model, [hinted[i] for i in usable]) if usable else [], strict=True):
+            out[i] = text
+        return out
 
     def plausible(self, prompt: str, completion: str) -> bool:
         """Format and length filter on a label the model wrote itself (no ground truth involved)."""
@@ -109,6 +124,11 @@ class Recipe(ABC):
     @abstractmethod
     def is_private_slice(self, skill: str, tier: int, items: int) -> bool:
         """Whether `items` eval problems of a slice can stay out of any training set (enough problems exist)."""
+
+    def variant(self, task: Task, rng: random.Random) -> Task | None:
+        """Another problem on the same material as `task`, or None: the simulated world's users who paste an eval
+        item's text into a question of their own (what the n-gram contamination check is for)."""
+        return None
 
     def example_prompt(self) -> str:
         """A prompt to show as the input example of the registered MLflow model."""

@@ -47,7 +47,7 @@ def run_live(world: World, *, interval: float, cycle: int, drift_after: int | No
     """Land batches until `stop` is set (Ctrl-C) or `batches` have landed; returns how many landed."""
     started = f"{datetime.now(UTC):%Y%m%dT%H%M%S}"  # a restart draws new users, not the same ones again
     drift, landed = None, 0
-    say(f"live world: users of cycle {cycle} ask up to {max(usual_tiers(world.recipe, cycle))} digits; a batch "
+    say(f"live world: users of cycle {cycle} ask up to tier {max(usual_tiers(world.recipe, cycle))}; a batch "
         f"of {world.settings.sim_queries_per_cycle} questions every {interval:g} s"
         + (f"; drift after {drift_after} batches" if drift_after is not None else "") + " (Ctrl-C stops)")
     while not stop.is_set() and (batches is None or landed < batches):

@@ -1,7 +1,7 @@
 """Users ask questions across skills and tiers, drifting toward harder ones, and react to the answers.
 
 Most users judge an answer right; a share of them are wrong. Some thumbs-down carry the right answer
-as a correction, some a comment; an automated monitor reports answers that are not numbers at all.
+as a correction, some a comment; an automated monitor reports answers that are not in the form asked for.
 Under a drift, a share of users all ask one slice (a skill at one tier) that they did not ask before.
 """
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..recipes.base import slice_name
 
-EASIEST_CAP = 4  # in cycle c users ask up to EASIEST_CAP + c digits
+EASIEST_CAP = 4  # in cycle c users ask up to tier EASIEST_CAP + c (digits, words...)
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Drift:
 
 
 def usual_tiers(recipe, cycle: int) -> list[int]:
-    """The tiers users ask in a cycle: up to EASIEST_CAP + cycle digits."""
+    """The tiers users ask in a cycle: up to EASIEST_CAP + cycle."""
     cap = min(max(recipe.tiers), EASIEST_CAP + cycle)
     return [t for t in recipe.tiers if t <= cap]
 
@@ -50,20 +50,22 @@ def questions(rng: random.Random, recipe, n: int, cycle: int, drift: Drift | Non
     return tasks
 
 
-def react(rng: random.Random, task, completion: str, response_id: str, reactions: Reactions) -> dict:
-    """A user's (or the monitor's) feedback on one answer, as an app sends it to the gateway's /v1/feedback."""
+def react(rng: random.Random, task, completion: str, response_id: str, reactions: Reactions,
+          well_formed: bool) -> dict:
+    """A user's (or the monitor's) feedback on one answer, as an app sends it to the gateway's /v1/feedback;
+    `well_formed`: whether the answer has the form of one (the monitor reports those that have not)."""
     right = completion == task.answer
     judged_right = right if rng.random() >= reactions.wrong_user_share else not right
     correction = comment = None
     source = "user"
     if not judged_right:
-        if not completion.isdigit():
+        if not well_formed:
             source = "report"
-            comment = "automated check: the answer is not a number"
+            comment = "automated check: the answer is not in the form asked for"
         elif not right and rng.random() < reactions.correction_share:
             correction = task.answer
         elif rng.random() < reactions.comment_share:
-            comment = rng.choice(["wrong", "that's not right", "check the carry", "off by a digit?"])
+            comment = rng.choice(["wrong", "that's not right", "not quite", "almost"])
     return {"response_id": response_id, "rating": "up" if judged_right else "down", "correction": correction,
             "comment": comment, "source": source,
             "user_id": f"monitor-{rng.randrange(50)}" if source == "report" else None,

@@ -8,7 +8,7 @@ import json
 import random
 from collections import Counter
 
-from ..recipes.base import load_recipe
+from ..recipes.base import Task, load_recipe
 from ..resources import build_resources, layout
 from ..settings import Settings
 from .curators import curate_eval_suite
@@ -43,7 +43,7 @@ class World:
     def serve(self, cycle: int, rng: random.Random, drift: Drift | None = None) -> tuple[list[str], dict]:
         """One round of users of `cycle`, some of them moved to a drifted slice, then the gateway's log flushed."""
         s = self.settings
-        tasks = questions(rng, self.recipe, s.sim_queries_per_cycle, cycle, drift)
+        tasks = self._eval_like(rng, questions(rng, self.recipe, s.sim_queries_per_cycle, cycle, drift))
         reactions = Reactions(s.sim_wrong_user_share, s.sim_correction_share)
         # each user's own random stream, drawn in order: the round is the same whatever order the replies come in
         streams = [random.Random(rng.getrandbits(64)) for _ in tasks]
@@ -62,6 +62,14 @@ class World:
             on_slice = [ok for t, ok in zip(tasks, right, strict=True) if t.slice == drift.slice]
             stats |= {"drift_queries": len(on_slice), "drift_accuracy": sum(on_slice) / max(1, len(on_slice))}
         return self.flush(), stats
+
+    def _eval_like(self, rng: random.Random, tasks: list[Task]) -> list[Task]:
+        """A share of users (RMI_SIM_EVAL_LIKE_SHARE) ask about an eval item's text, where the recipe has variants."""
+        items = [Task(**i) for i in self.eval_store.read_json(layout.ANCHOR)["items"]]
+        if not self.settings.sim_eval_like_share or self.recipe.variant(items[0], random.Random(0)) is None:
+            return tasks
+        return [self.recipe.variant(rng.choice(items), rng) if rng.random() < self.settings.sim_eval_like_share
+                else task for task in tasks]
 
     def ask(self, prompts: list[str], user_id: str) -> list[str]:
         """Completions from the gateway, as any client gets them."""
@@ -98,7 +106,8 @@ class World:
                                                                 "user_id": f"user-{rng.randrange(500)}"}) as reply:
                         reply.raise_for_status()
                         answer = (await reply.json())["answers"][0]
-                    feedback = react(rng, tasks[i], answer["completion"], answer["response_id"], reactions)
+                    feedback = react(rng, tasks[i], answer["completion"], answer["response_id"], reactions,
+                                     self.recipe.is_valid_completion(answer["completion"]))
                     body = json.dumps(feedback)
                     if garbled[i]:
                         body = body[:rng.randrange(1, len(body))]

@@ -41,7 +41,7 @@ class ArithmeticRecipe(Recipe):
     def model_config(self, module):
         return dict(module.hparams["config"])  # LitGPT keeps the GPTConfig it was built from
 
-    def encode(self, prompts, completions):
+    def encode(self, module, prompts, completions):
         rows = []
         for prompt, completion in zip(prompts, completions, strict=True):
             a, op, b = self._parse(prompt)

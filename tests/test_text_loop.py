@@ -1,0 +1,68 @@
+"""The text recipe goes round the real loop: `rmi run` on a Hugging Face model, its n-gram contamination check on
+free text, and its champion loaded by a standard MLflow client in a fresh process."""
+
+import json
+import os
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+from rmi_pipeline.ml.hygiene import ngram_hashes
+
+TEXT = {"RMI_RECIPE": "rmi_pipeline.recipes.words:WordsRecipe", "RMI_MODEL_NAME": "rmi-words",
+        "RMI_BOOTSTRAP_STEPS": "300", "RMI_TRAIN_STEPS": "100", "RMI_GATE_FIRST_FLOOR": "0",
+        "RMI_SIM_QUERIES_PER_CYCLE": "600", "RMI_SIM_EVAL_LIKE_SHARE": "0.3",
+        "RMI_EVAL_ITEMS_PER_SLICE": "20", "RMI_REFRESHED_ITEMS_PER_SLICE": "20", "MLFLOW_DISABLE_TELEMETRY": "true"}
+
+
+@pytest.fixture(scope="module")
+def text_home(tmp_path_factory):
+    from rmi_pipeline.cli.main import main
+    from rmi_pipeline.settings import Settings
+
+    home = tmp_path_factory.mktemp("text") / "home"
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in {"RMI_HOME": str(home), **TEXT}.items():
+            mp.setenv(key, value)
+        code = main(["run", "--cycles", "1", "--fresh"])
+        settings = Settings()
+    os.environ.pop("DAGSTER_HOME", None)  # main() exported it for its own runs
+    return {"home": home, "code": code, "settings": settings,
+            "summary": json.loads((home / "run_summary.json").read_text())}
+
+
+def test_users_questions_about_eval_text_are_kept_out_of_training(text_home):
+    from rmi_pipeline.resources import build_resources, layout
+
+    assert text_home["code"] == 0
+    cycle = text_home["summary"][-1]
+    assert cycle["contamination"]["removed_ngram_overlap"] > 0  # eval-like questions came and were removed
+    storage = build_resources(text_home["settings"])["storage"]
+    manifest = storage.read_json(layout.EVAL_MANIFEST)
+    assert manifest["ngram_n"] == 6 and manifest["ngram_hashes"]
+    rows = pl.read_parquet(storage.uri(layout.dataset_rows(storage.read_json(layout.DATASET_LATEST)["version"])))
+    sealed = set(manifest["ngram_hashes"])
+    assert not any(ngram_hashes(text, 6) & sealed for text in rows["prompt"].to_list() + rows["target"].to_list())
+
+
+def test_a_fresh_process_loads_the_text_champion_with_mlflow_and_answers_as_the_pipeline(text_home):
+    from rmi_pipeline.recipes.words import WordsRecipe
+    from rmi_pipeline.resources import build_resources
+
+    settings = text_home["settings"]
+    registry = build_resources(settings)["registry"]
+    recipe = WordsRecipe()
+    prompts = [t.prompt for t in recipe.sample_tasks(__import__("random").Random(7), 24, list(recipe.skills),
+                                                     list(recipe.tiers))]
+    script = ("import json, sys, mlflow, pandas as pd; mlflow.set_tracking_uri(sys.argv[1]); "
+              "m = mlflow.pyfunc.load_model(sys.argv[2]); "
+              "print(json.dumps(list(m.predict(pd.DataFrame({'prompt': json.loads(sys.argv[3])}))['completion'])))")
+    out = subprocess.run([sys.executable, "-c", script, settings.resolved_tracking_uri, "models:/rmi-words@champion",
+                          json.dumps(prompts)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    pipeline = recipe.answer(registry.load("champion", recipe), prompts)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == pipeline
+    assert sum(recipe.verify(p, a)[0] for p, a in zip(prompts, pipeline, strict=True)) > 0  # it learned something
