@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from rmi_pipeline.ml.objective import kl_to_teacher, taught_by_teacher
+from rmi_pipeline.ml.objective import batch_loss, kl_to_teacher, taught_by_teacher, trimmed
 from rmi_pipeline.ml.rl import first_mistake
 from rmi_pipeline.ml.train import fit
 from rmi_pipeline.recipes.words import WordsRecipe
@@ -69,6 +69,18 @@ def test_rows_of_any_length_pad_on_the_right_and_rl_cuts_at_the_first_wrong_toke
         at = cut[0].nonzero().item()
         assert cut.sum() == 1 and wrong_mask[0, at] and torch.equal(wrong[0, :at], reference[0, :at])
         assert wrong[0, at] != (reference[0, at] if at < reference.shape[1] else -1)
+
+
+def test_a_batch_is_cut_to_its_longest_row_and_its_loss_stays_the_same(trained):
+    hinted = R.hint("Sort: owl cat", "The first word should be cat, not owl. The second word should be owl, not cat.")
+    tokens, mask = R.encode(trained, ["Sort: owl cat", hinted], ["cat owl", "cat owl"])
+    short = [tokens[:1], mask[:1]]  # a batch of the short row, padded to the long one as in a dataset
+    cut = trimmed(short)
+    assert cut[0].shape[1] == mask[0].nonzero().max() + 1 < tokens.shape[1]
+    with torch.no_grad():
+        full_loss = batch_loss(trained(short[0].long()[:, :-1]), short)[0]
+        cut_loss = batch_loss(trained(cut[0].long()[:, :-1]), cut)[0]
+    assert torch.allclose(full_loss, cut_loss, atol=1e-5)
 
 
 def test_kl_to_the_teacher_is_zero_at_the_teacher_and_pulls_toward_it():

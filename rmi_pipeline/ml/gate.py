@@ -103,7 +103,8 @@ def decide(slices: dict[str, Paired], counted: set[str], gate: Gate, *,
     gain = new - old
     decision = Decision(False, "", new, old, gain, low, high, results)
     for name, (seen, fresh) in (leak_pairs or {}).items():
-        decision.leaks[name] = _gain(seen) - _gain(fresh)
+        if len(seen.challenger) and len(fresh.challenger):  # a recipe may have no public set
+            decision.leaks[name] = _gain(seen) - _gain(fresh)
     regressed = [r for r in results if r.regressed]
     leaks = {k: v for k, v in decision.leaks.items() if v > leak_gap}
     summary = f"gain {gain:+.3f} ({level} interval {low:+.3f} to {high:+.3f})"

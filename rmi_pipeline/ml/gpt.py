@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .objective import adamw_warmup_cosine, batch_loss
+from .objective import adamw_warmup_cosine, batch_loss, trimmed
 
 
 @dataclass
@@ -158,6 +158,7 @@ class LitGPT(L.LightningModule):
         return self.model(tokens)
 
     def training_step(self, batch, batch_idx):
+        batch = trimmed(batch)
         loss, row_loss = batch_loss(self.model(batch[0].long()[:, :-1]), batch)  # rows are stored a byte per token
         self.log("train_loss", loss, prog_bar=True)
         return {"loss": loss, "row_loss": row_loss.detach(), "source": batch[3] if len(batch) > 3 else None}

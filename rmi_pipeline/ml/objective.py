@@ -17,6 +17,13 @@ import torch.nn.functional as F
 NEGATIVE_LOSS_CAP = 5.0  # an already unlikely sampled answer stops pulling
 
 
+def trimmed(batch) -> list:
+    """The batch without its trailing columns of padding: rows are right-padded to the longest row of the whole
+    dataset (a hinted prompt can be three times a plain one), a batch needs only its own longest."""
+    width = int(batch[1].any(0).nonzero().max()) + 1 if batch[1].any() else batch[1].shape[1]
+    return [batch[0][:, :width], batch[1][:, :width], *batch[2:]]
+
+
 def row_losses(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean NLL of each row's masked tokens; `logits` predict tokens[:, 1:]."""
     target_mask = mask[:, 1:].float()

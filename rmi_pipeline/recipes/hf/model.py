@@ -10,7 +10,7 @@ from __future__ import annotations
 import lightning as L
 import torch
 
-from ...ml.objective import adamw_warmup_cosine, batch_loss
+from ...ml.objective import adamw_warmup_cosine, batch_loss, trimmed
 
 
 class LitCausalLM(L.LightningModule):
@@ -27,6 +27,7 @@ class LitCausalLM(L.LightningModule):
         return self.model(input_ids=tokens).logits
 
     def training_step(self, batch, batch_idx):
+        batch = trimmed(batch)
         loss, row_loss = batch_loss(self(batch[0].long()[:, :-1]), batch, self.teacher)
         self.log("train_loss", loss, prog_bar=True)
         return {"loss": loss, "row_loss": row_loss.detach(), "source": batch[3] if len(batch) > 3 else None}
