@@ -50,4 +50,4 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 clean:  ## remove the venv and everything the loop wrote
-	rm -rf $(VENV) $(RMI_HOME) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(RMI_HOME) .rmi-words .pytest_cache .ruff_cache *.egg-info
