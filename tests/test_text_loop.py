@@ -3,6 +3,7 @@ free text, and its champion loaded by a standard MLflow client in a fresh proces
 
 import json
 import os
+import random
 import subprocess
 import sys
 
@@ -54,7 +55,7 @@ def test_a_fresh_process_loads_the_text_champion_with_mlflow_and_answers_as_the_
     settings = text_home["settings"]
     registry = build_resources(settings)["registry"]
     recipe = WordsRecipe()
-    prompts = [t.prompt for t in recipe.sample_tasks(__import__("random").Random(7), 24, list(recipe.skills),
+    prompts = [t.prompt for t in recipe.sample_tasks(random.Random(7), 24, list(recipe.skills),
                                                      list(recipe.tiers))]
     script = ("import json, sys, mlflow, pandas as pd; mlflow.set_tracking_uri(sys.argv[1]); "
               "m = mlflow.pyfunc.load_model(sys.argv[2]); "

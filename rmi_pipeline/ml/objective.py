@@ -31,8 +31,7 @@ def row_losses(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -
     return (nll * target_mask).sum(1) / target_mask.sum(1).clamp(min=1)
 
 
-def batch_loss(logits: torch.Tensor, batch, teacher: torch.Tensor | None = None,
-               distill_weight: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def batch_loss(logits: torch.Tensor, batch, teacher: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, per-row NLL) of a batch of rows."""
     tokens, mask = batch[0].long(), batch[1]
     row_loss = row_losses(logits, tokens, mask)
@@ -42,7 +41,7 @@ def batch_loss(logits: torch.Tensor, batch, teacher: torch.Tensor | None = None,
     else:
         loss = row_loss.mean()
     if len(batch) > 4 and teacher is not None:
-        loss = loss + distill_weight * kl_to_teacher(logits, mask[:, 1:], batch[4], teacher)
+        loss = loss + kl_to_teacher(logits, mask[:, 1:], batch[4], teacher)
     return loss, row_loss
 
 

@@ -65,11 +65,11 @@ class World:
 
     def _eval_like(self, rng: random.Random, tasks: list[Task]) -> list[Task]:
         """A share of users (RMI_SIM_EVAL_LIKE_SHARE) ask about an eval item's text, where the recipe has variants."""
-        items = [Task(**i) for i in self.eval_store.read_json(layout.ANCHOR)["items"]]
-        if not self.settings.sim_eval_like_share or self.recipe.variant(items[0], random.Random(0)) is None:
+        share = self.settings.sim_eval_like_share
+        if not tasks or not share or self.recipe.variant(tasks[0], random.Random(0)) is None:
             return tasks
-        return [self.recipe.variant(rng.choice(items), rng) if rng.random() < self.settings.sim_eval_like_share
-                else task for task in tasks]
+        items = [Task(**i) for i in self.eval_store.read_json(layout.ANCHOR)["items"]]
+        return [self.recipe.variant(rng.choice(items), rng) if rng.random() < share else task for task in tasks]
 
     def ask(self, prompts: list[str], user_id: str) -> list[str]:
         """Completions from the gateway, as any client gets them."""
