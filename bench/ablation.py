@@ -1,6 +1,6 @@
 """What each way of improving buys: the same cycles, seed and world with more of the method turned on.
 
-    python bench/ablation.py [--cycles 3] [--configs a,a_long,b,c,d,d_long,self] [--size tiny|tiny-places]
+    python bench/ablation.py [--cycles 3] [--configs a,a_long,b,c,d,d_long,self]
 
     a  fine-tuning on feedback only (feedback, corrections, replay)
     a_long  a trained 4,000 steps a cycle instead of 2,500, for a comparison at equal wall time with d_long
@@ -10,9 +10,8 @@
     d_long  d trained 3,500 steps a cycle: the time its sources take to make data plus 3,500 steps is a_long's
     self  self-labelling alone: no users, no verifier; only the seed set and the champion's own checked labels
           (8,000 problems per labelled tier and 4,000 training steps a cycle)
+    verifier  self plus the verifier: practice answers it accepts and RL from its rewards, still no users
 
---size picks the model of configurations a-d (`tiny`, the default model, or `tiny-places`, positions by place
-value: the only one that can answer past the longest problems it was taught); `self` always uses tiny-places.
 Each configuration runs the real loop (`rmi run`'s jobs on a Dagster instance, MLflow, DuckDB) in its own
 RMI_HOME, in its own process. Configurations a-d start from one shared first model (cycle 0 has no champion to
 practise with, so it is the same for all): it is trained once and its RMI_HOME copied. Per cycle it prints the
@@ -42,18 +41,18 @@ CONFIGS = {
     "d": ("+ self-labelling (full)", FULL),
     "self": ("self-labelling alone", {"feedback": 0, "corrections": 0, "practice": 0, "rl": 0, "hint_distill": 0,
                                       "replay": 0.5, "self_label": 0.5}),
+    "verifier": ("self-labelling and the verifier", {"feedback": 0, "corrections": 0, "hint_distill": 0,
+                                                     "replay": 0.5, "self_label": 0.25, "practice": 0.15, "rl": 0.1}),
     "a_long": ("feedback only, 4,000 steps", OFF),
     "d_long": ("full, 3,500 steps (a_long's wall time)", FULL),
 }
 # the defaults are 2,500 steps and 1,000 self-labelled problems per tier. Self-labelling alone has no time to
 # match, and its labels are half of every batch: with 1,000 problems each label was seen about 60 times a cycle
 # (4,000: a tier a cycle on 2 of 3 seeds; 8,000: on all 3).
+ALONE = {"RMI_TRAIN_STEPS": "4000", "RMI_SELF_LABEL_PROBLEMS": "8000"}
 CONFIG_ENV = {"a_long": {"RMI_TRAIN_STEPS": "4000"}, "d_long": {"RMI_TRAIN_STEPS": "3500"},
-              "self": {"RMI_TRAIN_STEPS": "4000", "RMI_SELF_LABEL_PROBLEMS": "8000"}}
-# Self-labelling needs a model that answers a little past what it was taught: positions by place value (absolute
-# positions answer 4-digit sums never right when taught up to 3). Its first model gets more steps: subtraction
-# is slower to learn with them.
-PLACES = {"RMI_MODEL_SIZE": "tiny-places", "RMI_BOOTSTRAP_STEPS": "5000"}
+              "self": ALONE, "verifier": ALONE}
+NO_USERS = ("self", "verifier")  # these start from the seed set alone, with no world asking anything
 # every configuration trains all its steps, however busy the machine: wall time is measured, not capped
 NO_TIME_CAPS = {"RMI_BOOTSTRAP_MAX_SECONDS": "3600", "RMI_TRAIN_MAX_SECONDS": "3600"}
 SOLVED = 0.9
@@ -61,16 +60,19 @@ PROBLEMS = 200  # fresh problems per skill and tier for the highest tier solved
 
 
 def highest_tier_solved(recipe, model, seed: int) -> tuple[dict, dict]:
-    """({skill: highest tier with it and every tier below at SOLVED}, {"skill/tier": accuracy})."""
+    """({skill: highest tier with it and every tier below at SOLVED}, {"skill/tier": accuracy}), measured up to
+    the first tier under SOLVED and at least over the anchor's tiers."""
     rng = random.Random(f"bench-tiers-{seed}")
     accuracy, best = {}, {}
     for skill in recipe.skills:
         best[skill] = 0
-        for tier in recipe.tiers:
+        for tier in range(1, recipe.hardest_tier + 1):
             accuracy[f"{skill}/{tier}"] = round(
                 sum(recipe.correct(model, recipe.sample_tasks(rng, PROBLEMS, [skill], [tier]))) / PROBLEMS, 2)
             if best[skill] == tier - 1 and accuracy[f"{skill}/{tier}"] >= SOLVED:
                 best[skill] = tier
+            elif tier >= recipe.tiers[-1]:
+                break
     return best, accuracy
 
 
@@ -96,7 +98,7 @@ def run_config(name: str, first: int, cycles: int, out: Path) -> None:
         rows = []
         for cycle in range(first, cycles + 1):
             started = time.perf_counter()
-            if cycle > 0 and name != "self":
+            if cycle > 0 and name not in NO_USERS:
                 wait_ready(url, world.registry.version("champion").version)
                 world.serve_cycle(cycle)
                 ingest_new_batches(defs, instance)
@@ -115,12 +117,14 @@ def run_config(name: str, first: int, cycles: int, out: Path) -> None:
             failed_key = layout.practice_failed(practice.get('champion_version'))
             failed = storage.read_json(failed_key)["prompts"] if storage.exists(failed_key) else []
             evaluation = meta.get("candidate_evaluation", {})
+            training = meta.get("candidate_model", {})
             rows.append({
                 "cycle": cycle, "verdict": evaluation.get("verdict", "failed"), "champion": str(champion.version),
                 "anchor_mean": evaluation.get("challenger_anchor_mean") if "champion" in meta
                 else evaluation.get("champion_anchor_mean"),
                 "highest_tier": min(tiers.values()), "by_skill": tiers, "tier_accuracy": accuracy,
-                "seconds": cycle_seconds,
+                "seconds": cycle_seconds, "tokens_trained": training.get("tokens_trained"),
+                "suite_tiers": meta.get("eval_suite", {}).get("tiers"),
                 "self_labels": len(labels), "self_label_precision": precision,
                 "by_source": {k[5:]: v for k, v in meta.get("training_dataset", {}).items() if k.startswith("rows_")},
                 "practice": {k: v for k, v in practice.items() if k.startswith(("frontier", "self_labels ", "rows_"))},
@@ -160,7 +164,6 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--configs", default="a,a_long,b,c,d,d_long,self")
-    parser.add_argument("--size", default="tiny", choices=["tiny", "tiny-places"], help="the model of a-d")
     parser.add_argument("--run", help=argparse.SUPPRESS)  # internal: one configuration in this process
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
@@ -171,19 +174,18 @@ def main() -> None:
     results = {}
     with tempfile.TemporaryDirectory(prefix="rmi-ablation-") as tmp:
         names = args.configs.split(",")
-        shared = [n for n in names if n != "self"]
-        model = PLACES if args.size == "tiny-places" else {}
+        shared = [n for n in names if n not in NO_USERS]
         if shared:  # the first model every feedback configuration starts from
-            print(f"== cycle 0: the first model ({args.size}), shared by " + ", ".join(shared), flush=True)
-            first = _run(tmp, "first", {}, 0, 0, model)
+            print("== cycle 0: the first model, shared by " + ", ".join(shared), flush=True)
+            first = _run(tmp, "first", {}, 0, 0)
         for name in names:
             label, mix = CONFIGS[name]
             print(f"== {name}: {label} (RMI_MIX={json.dumps(mix)})", flush=True)
-            if name == "self":
-                results[name] = _run(tmp, name, mix, 0, args.cycles, {**PLACES, **CONFIG_ENV[name]})
+            if name in NO_USERS:
+                results[name] = _run(tmp, name, mix, 0, args.cycles, CONFIG_ENV[name])
             else:
                 shutil.copytree(Path(tmp) / "first", Path(tmp) / name)
-                results[name] = first + _run(tmp, name, mix, 1, args.cycles, {**model, **CONFIG_ENV.get(name, {})})
+                results[name] = first + _run(tmp, name, mix, 1, args.cycles, CONFIG_ENV.get(name, {}))
     print(f"\n| config | {' | '.join(f'cycle {c}' for c in range(args.cycles + 1))} | wall s, cycles 1-{args.cycles} "
           "| self-label precision |")
     print("|---|" + "---|" * (args.cycles + 3))

@@ -1,10 +1,11 @@
 """Answers per second of the loop's decoding (keys and values cached) against recomputing every step, same run.
 
-    python bench/decoding.py [--problems 20000] [--size tiny-places]
+    python bench/decoding.py [--problems 20000] [--tier 8]
 
 Practice, RL, the coach, self-labelling, the evals and the simulated users all answer through
 `ml.decoding.decode`; a cycle of the full method decodes a few hundred thousand answers. Both ways run on the same
-model and prompts (greedy and sampled), and the answers must come out identical.
+model and prompts (greedy and sampled), problems of one tier (prompts of one width decode together), and the
+answers must come out identical.
 """
 
 import argparse
@@ -36,20 +37,21 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--problems", type=int, default=20000)
-    parser.add_argument("--size", default="tiny-places")
+    parser.add_argument("--size", default="tiny")
+    parser.add_argument("--tier", type=int, default=8)
     args = parser.parse_args()
     recipe = ArithmeticRecipe()
     torch.manual_seed(0)
     net = recipe.build_model(3e-3, 10, args.size).model.eval()
-    tasks = recipe.sample_tasks(random.Random(0), args.problems, list(recipe.skills), list(recipe.tiers))
+    tasks = recipe.sample_tasks(random.Random(0), args.problems, list(recipe.skills), [args.tier])
     prompts = tok.encode([tok.model_prompt(*parse(t.prompt)) for t in tasks])
-    print(f"{args.problems} problems, {args.size} model, {torch.get_num_threads()} threads")
+    print(f"{args.problems} problems of {args.tier} digits, {args.size} model, {torch.get_num_threads()} threads")
     for temperature in (0.0, 0.7):
         seconds, answers = {}, {}
         with torch.no_grad():
             for name, run in (("recomputed", recomputed), ("cached", decode)):
                 started = time.perf_counter()
-                answers[name] = run(net, prompts, tok.ANSWER_LEN, temperature=temperature,
+                answers[name] = run(net, prompts, args.tier + 1, temperature=temperature,
                                     generator=torch.Generator().manual_seed(1))
                 seconds[name] = time.perf_counter() - started
         same = torch.equal(answers["recomputed"], answers["cached"])

@@ -26,11 +26,18 @@ def int64_lists(recipe, prompts, completions):
 
     from rmi_pipeline.recipes.arithmetic import tokens as tok
 
-    rows = [tok.model_prompt(*recipe._parse(p)) + tok.model_answer(int(c))
-            for p, c in zip(prompts, completions, strict=True)]
-    ids = torch.tensor([[tok.STOI[ch] for ch in row] for row in rows], dtype=torch.long)
+    ids, spans = [], []
+    for p, c in zip(prompts, completions, strict=True):
+        a, op, b = recipe._parse(p)
+        prompt = tok.model_prompt(a, op, b)
+        row = prompt + tok.model_answer(int(c), tok.answer_len(a, b))
+        ids.append([tok.STOI[ch] for ch in row])
+        spans.append((len(prompt), len(row)))
+    longest = max(map(len, ids))
+    ids = torch.tensor([row + [tok.STOI[tok.PAD]] * (longest - len(row)) for row in ids], dtype=torch.long)
     mask = torch.zeros_like(ids, dtype=torch.bool)
-    mask[:, tok.PROMPT_LEN:] = True
+    for i, (start, end) in enumerate(spans):
+        mask[i, start:end] = True
     return ids, mask
 
 
@@ -47,7 +54,8 @@ def one(way: str, n: int) -> None:
     Path("/proc/self/clear_refs").write_text("5")  # the peak starts again from here (Linux)
     before = _status_mb("VmRSS")
     started = time.perf_counter()
-    tokens, mask = (int64_lists if way == "int64" else type(recipe).encode)(recipe, prompts, completions)
+    tokens, mask = (int64_lists(recipe, prompts, completions) if way == "int64"
+                    else recipe.encode(None, prompts, completions))
     seconds = time.perf_counter() - started
     peak = _status_mb("VmHWM")
     digest = hashlib.sha256(tokens.long().numpy().tobytes() + mask.numpy().tobytes()).hexdigest()[:12]

@@ -13,10 +13,10 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# The champion's own sources start off: with the 0.1M default model they measured worse than feedback alone
-# (bench/ablation.py, README); RMI_MIX turns them on, e.g. '{"practice": 0.1, "rl": 0.1, "hint_distill": 0.05}'.
-DEFAULT_MIX = {"feedback": 0.25, "corrections": 0.15, "replay": 0.3, "practice": 0.0, "rl": 0.0,
-               "hint_distill": 0.0, "self_label": 0.0}
+# The full method: feedback and the champion's own sources (bench/ablation.py, README); RMI_MIX turns any off,
+# e.g. '{"practice": 0, "rl": 0, "hint_distill": 0, "self_label": 0}' trains on feedback alone.
+DEFAULT_MIX = {"feedback": 0.25, "corrections": 0.15, "replay": 0.3, "practice": 0.1, "rl": 0.1,
+               "hint_distill": 0.05, "self_label": 0.05}
 SOURCES = tuple(DEFAULT_MIX)
 DEFAULT_RECIPE = "rmi_pipeline.recipes.arithmetic:ArithmeticRecipe"
 
@@ -135,8 +135,8 @@ class Settings(BaseSettings):
     precision: str = Field(default="auto", description="auto: bf16-mixed on a GPU, 32-true on a CPU.")
     num_nodes: int = Field(default=1, description="Machines in a distributed training.")
     model_size: str = Field(default="tiny", description="Size of a first model, the recipe's: arithmetic tiny (0.1M, "
-                            "CPU), tiny-places (0.1M, positions by place value: generalizes to longer numbers) or "
-                            "gpu (85M); words tiny (0.4M), small (3.6M) or gpu (85M).")
+                            "CPU) or gpu (85M), both with relative place positions that carry to longer numbers; "
+                            "words tiny (0.4M), small (3.6M) or gpu (85M).")
     training_launcher: str = Field(default="subprocess", description="How candidate_model starts the training "
                                    "program through Dagster Pipes: subprocess, or 'module:function' returning a "
                                    "Pipes client such as a PipesK8sClient (deploy/README.md).")
@@ -173,6 +173,11 @@ class Settings(BaseSettings):
     # evals and the promotion gate
     eval_url: str | None = Field(default=None, description="Sealed eval store (may be another bucket); default "
                                  "file://HOME/evals.")
+    eval_items_per_slice: int = Field(default=100, description="Curated eval problems per skill and tier, and per "
+                                      "tier the suite grows.")
+    eval_lead: int = Field(default=3, ge=1, description="Tiers the eval suite holds past the highest the champion "
+                           "solves (RMI_SATURATION on the suite's items): when the champion solves one of the top "
+                           "tiers, eval_suite seals the next ones in a new version, up to the recipe's hardest.")
     refreshed_items_per_slice: int = Field(default=100, description="Fresh eval problems per slice each cycle.")
     mined_share: float = Field(default=0.2, description="Share of corrected hard cases held out as the mined slice.")
     ngram_n: int | None = Field(default=None, description="n of the n-gram contamination check for text recipes "
@@ -242,7 +247,6 @@ class Settings(BaseSettings):
     sim_eval_like_share: float = Field(default=0.02, ge=0, le=1, description="Questions that reuse an eval item's "
                                        "text in another question (where the recipe has such variants: the words "
                                        "recipe), which the n-gram contamination check should keep out of training.")
-    eval_items_per_slice: int = Field(default=100, description="Curated eval problems per skill and tier.")
 
     # S3 storage (credentials: the standard AWS_* variables, never RMI_*)
     s3_endpoint_url: str | None = Field(

@@ -11,7 +11,6 @@ from dagster import AssetKey, DagsterInstance, instance_for_test, materialize
 
 from rmi_pipeline.assets import candidate_evaluation, champion
 from rmi_pipeline.cli.main import main
-from rmi_pipeline.ml.train import fit
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.resources import build_resources, layout
 from rmi_pipeline.settings import DEFAULT_RECIPE as RECIPE_PATH
@@ -65,8 +64,9 @@ def test_a_model_leads_back_to_its_dataset_batches_and_run(loop):
 def test_each_source_of_the_training_mix_has_its_rows_and_loss_logged(loop):
     mv = loop["registry"].version("champion")  # the cycle-1 candidate
     manifest = loop["storage"].read_json(layout.dataset_manifest(mv.tags['dataset_version']))
-    # the default mix: new feedback, corrections and replay; the champion's own sources are off (RMI_MIX)
-    assert set(manifest["by_source"]) == {"feedback", "corrections", "replay"}, manifest["by_source"]
+    # the default mix is the full method: new feedback, corrections, replay and what the champion made (RMI_MIX)
+    assert set(manifest["by_source"]) >= {"feedback", "corrections", "replay", "practice", "rl", "hint_distill",
+                                          "self_label"}, manifest["by_source"]
     metrics = loop["registry"].client().get_run(mv.run_id).data.metrics
     for source, rows in manifest["by_source"].items():
         assert metrics[f"rows_{source}"] == rows > 0 and metrics[f"loss_{source}"] >= 0, source
@@ -78,12 +78,12 @@ def register(loop, module, name: str) -> int:
                                                tags={"dataset_version": "none"}).version
 
 
-def evaluate_challenger(loop) -> tuple[bool, dict]:
+def evaluate_challenger(loop, settings: Settings | None = None) -> tuple[bool, dict]:
     """Run candidate_evaluation and champion on whatever is @challenger; (promoted?, the evaluation report)."""
     with instance_for_test() as instance:
         result = materialize([candidate_evaluation, champion], instance=instance,
-                             resources={k: loop[k] for k in ("settings", "storage", "eval_store", "registry",
-                                                             "notifier")})
+                             resources={"settings": settings or loop["settings"],
+                                        **{k: loop[k] for k in ("storage", "eval_store", "registry", "notifier")}})
     assert result.success
     promoted = any(e.asset_key.to_user_string() == "champion" for e in result.get_asset_materialization_events())
     version = loop["registry"].version("challenger").version
@@ -101,15 +101,28 @@ def test_random_weights_challengers_are_never_promoted_and_the_champion_stays(lo
         assert registry.version("champion").version == before
 
 
-def test_a_challenger_trained_on_leaked_eval_items_is_caught(loop):
-    """Someone trains on the private anchor items: the anchor score jumps, the fresh refreshed set's does not."""
-    recipe, registry = ArithmeticRecipe(), loop["registry"]
+def test_a_challenger_that_memorized_the_anchor_is_caught(loop, monkeypatch):
+    """A challenger that knows the private anchor items by heart: its anchor score jumps, the fresh set's does not.
+
+    (Training the champion on the anchor items no longer shows as a leak: this model learns the skill from them,
+    and the fresh set rises as much, 0.83 -> 1.00 pooled. What keeps eval items out of training is the hash filter.)
+    The memorizer is scripted (tests/knowing_recipe.py): the champion's weights, nudged, plus the anchor's answers."""
+    import hashlib
+
+    from knowing_recipe import RemembersAnchor
+
+    registry = loop["registry"]
     anchor = loop["eval_store"].read_json("anchor/suite.json")["items"]
-    leaked = recipe.load_checkpoint(registry.checkpoint("champion")[1], learning_rate=3e-3, max_steps=1200)
-    tokens, mask = recipe.encode(leaked, [i["prompt"] for i in anchor], [i["answer"] for i in anchor])
-    fit(leaked, tokens, mask, max_steps=1200, max_seconds=240)
-    register(loop, leaked, "leaked")
-    promoted, report = evaluate_challenger(loop)
+    nudged = ArithmeticRecipe().load_checkpoint(registry.checkpoint("champion")[1])
+    with torch.no_grad():
+        nudged.model.ln_f.bias.add_(1e-6)  # other bytes, the same answers
+    version = register(loop, nudged, "memorized")
+    data = registry.checkpoint("challenger")[1]
+    assert registry.version("challenger").version == version
+    monkeypatch.setattr(RemembersAnchor, "memorizer", hashlib.sha256(data).hexdigest())
+    monkeypatch.setattr(RemembersAnchor, "remembered", {i["prompt"]: i["answer"] for i in anchor})
+    promoted, report = evaluate_challenger(loop, loop["settings"].model_copy(
+        update={"recipe": "knowing_recipe:RemembersAnchor"}))
     assert not promoted
     assert "likely leak: anchor" in report["decision"]["reason"]
     assert report["decision"]["leaks"]["anchor"] > 0.10

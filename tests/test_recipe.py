@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
+from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe, problems
 from rmi_pipeline.recipes.arithmetic import tokens as tok
 from rmi_pipeline.recipes.base import load_recipe
 
@@ -21,28 +21,32 @@ def test_generated_problems_have_their_tier_and_true_answers():
 
 
 def test_training_rows_put_loss_only_on_the_answer_and_decode_back():
-    ids, mask = R.encode(None, ["123+45="], ["168"])
-    assert ids.shape == (1, tok.BLOCK_SIZE) and mask.sum() == tok.ANSWER_LEN
+    ids, mask = R.encode(None, ["123+45=", "3-2=", "99999999999+1="], ["168", "1", "100000000000"])
     assert ids.dtype == torch.uint8  # a byte per token: millions of rows stay small
-    answer_ids = ids[0, tok.PROMPT_LEN:].tolist()
-    assert tok.read_answer(answer_ids) == "168"
-    for texts in (["123", "12"], ["12a"]):  # rows of different lengths, a character the model has no token for
-        with pytest.raises(ValueError):
-            tok.encode(texts)
+    assert ids.shape == (3, 3 * 11 + 3)  # right-padded to the widest row: 11 digits, any width works
+    assert mask.sum(1).tolist() == [4, 2, 12]  # the answer has a digit more than the wider operand
+    assert tok.read_answer(ids[0, 8:12].tolist()) == "168" and mask[0, 8:12].all()
+    assert "".join(tok.VOCAB[i] for i in ids[1].tolist()).rstrip(tok.PAD) == "3-2=10"
+    with pytest.raises(ValueError):
+        tok.encode(["12a"])  # a character the model has no token for
+    with pytest.raises(ValueError, match="trainable"):
+        R.encode(None, ["3+5="], ["800"])  # longer than any sum of one-digit numbers
 
 
 def test_only_whole_ascii_problems_and_answers_are_valid():
     """Feedback text is untrusted: a trailing newline or another script's digits is not a problem the model knows."""
     assert R.is_valid_prompt("12+3=") and R.is_valid_completion("15")
-    for prompt in ("12+3=\n", "\u0661\u0662+3=", " 12+3=", "12+3", "123456789+1=", "3-12="):
+    assert R.is_valid_prompt("123456789012345678901234567890+1=")  # no longest tier but the cost bound
+    too_long = "1" * (problems.MAX_DIGITS + 1)
+    for prompt in ("12+3=\n", "\u0661\u0662+3=", " 12+3=", "12+3", f"{too_long}+1=", "3-12="):
         assert not R.is_valid_prompt(prompt), prompt
-    for answer in ("15\n", "\u0661\u0665", "-3", "1234567890", ""):
+    for answer in ("15\n", "\u0661\u0665", "-3", "1" * (problems.MAX_DIGITS + 2), ""):
         assert not R.is_valid_completion(answer), answer
 
 
 def test_greedy_answers_come_back_in_reading_order():
     class Echo(torch.nn.Module):
-        """Always predicts the digit 7: the answer should read 777777777."""
+        """Always predicts the digit 7: the answer should have a digit more than the wider operand, all 7s."""
 
         def __init__(self):
             super().__init__()
@@ -53,32 +57,49 @@ def test_greedy_answers_come_back_in_reading_order():
             logits[..., tok.STOI["7"]] = 1
             return logits
 
-    assert R.answer(Echo(), ["1+1=", "bad prompt", "99-3="]) == ["777777777", "", "777777777"]
+    assert R.answer(Echo(), ["1+1=", "bad prompt", "99-3=", "12345678901+2="]) == ["77", "", "777", "7" * 12]
 
 
-@pytest.mark.parametrize("size", ["tiny", "tiny-places"])
-def test_decoding_with_cached_keys_gives_the_tokens_of_recomputing_every_step(size):
+def test_decoding_with_cached_keys_gives_the_tokens_of_recomputing_every_step():
     from rmi_pipeline.ml.decoding import decode
 
     torch.manual_seed(0)
-    net = R.build_model(3e-3, 10, size).model.eval()
+    net = R.build_model(3e-3, 10).model.eval()
     with torch.no_grad():  # weights far from the init's near-uniform output, so answers vary from row to row
         for p in net.parameters():
             p.add_(torch.randn_like(p) * 0.3)
-    prompts = tok.encode([tok.model_prompt(a, op, b) for a, op, b in [(123, "+", 45), (9_999_999, "-", 8), (7, "+", 7)]
-                          for _ in range(20)])
-    for temperature in (0.0, 1.0):
-        cached = decode(net, prompts, tok.ANSWER_LEN, temperature=temperature,
-                        generator=torch.Generator().manual_seed(1))
-        generator, idx = torch.Generator().manual_seed(1), prompts
-        with torch.no_grad():
-            for _ in range(tok.ANSWER_LEN):
-                logits = net(idx)[:, -1]
-                nxt = (torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator)
-                       if temperature else logits.argmax(-1, keepdim=True))
-                idx = torch.cat([idx, nxt], dim=1)
-        assert torch.equal(cached, idx[:, tok.PROMPT_LEN:])
-        assert len({tuple(row) for row in cached.tolist()}) >= (4 if temperature else 3)  # not one answer for all
+    for problem in [(123, "+", 456), (9_999_999, "-", 8_000_001), (7, "+", 7)]:
+        prompts = tok.encode([tok.model_prompt(*problem)] * 20)
+        digits = tok.answer_len(problem[0], problem[2])
+        for temperature in (0.0, 1.0):
+            cached = decode(net, prompts, digits, temperature=temperature, generator=torch.Generator().manual_seed(1))
+            generator, idx = torch.Generator().manual_seed(1), prompts
+            with torch.no_grad():
+                for _ in range(digits):
+                    logits = net(idx)[:, -1]
+                    nxt = (torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator)
+                           if temperature else logits.argmax(-1, keepdim=True))
+                    idx = torch.cat([idx, nxt], dim=1)
+            assert torch.equal(cached, idx[:, prompts.shape[1]:])
+            if temperature:
+                assert len({tuple(row) for row in cached.tolist()}) >= 4  # sampled: not one answer for all
+
+
+def test_places_are_read_off_the_tokens_so_one_place_value_stands_at_one_place():
+    from rmi_pipeline.ml.gpt import layout
+
+    ids = tok.encode(["321+540=8610", "3-2=10"])
+    places, segments, _ = layout(ids, torch.tensor(tok.SEPARATORS), tok.ANSWER_TOKEN)
+    # digits of a, the operator, digits of b, '=', then each answer digit at the place of the digit it predicts
+    assert places[0].tolist() == [0, 1, 2, 0, 0, 1, 2, 0, 1, 2, 3, 4]
+    assert segments[0].tolist() == [0, 0, 0, 1, 2, 2, 2, 3, 4, 4, 4, 4]
+    assert places[1, :6].tolist() == [0, 0, 0, 0, 1, 2]
+    # the same places, a token at a time from a cached state (how decoding sees them)
+    state, stepwise = None, []
+    for t in range(ids.shape[1]):
+        p, _, state = layout(ids[:, t:t + 1], torch.tensor(tok.SEPARATORS), tok.ANSWER_TOKEN, state)
+        stepwise.append(p)
+    assert torch.equal(torch.cat(stepwise, 1), places)
 
 
 def test_verifier_rewards_right_answers_and_critiques_wrong_ones():

@@ -78,7 +78,7 @@ def test_a_retry_after_a_turned_down_candidate_gets_a_new_seed_and_the_same_turn
 
 def test_a_checkpoint_rebuilds_the_same_model_and_never_unpickles_code():
     torch.manual_seed(0)
-    module = R.build_model(3e-3, 10, size="tiny-places")
+    module = R.build_model(3e-3, 10, size="tiny")
     again = R.load_checkpoint(R.checkpoint(module))
     assert R.model_config(again) == R.model_config(module)
     assert all(torch.equal(a, b) for a, b in zip(module.state_dict().values(), again.state_dict().values(),

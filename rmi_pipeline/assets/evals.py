@@ -1,7 +1,9 @@
 """The sealed eval suite. Only this asset and candidate_evaluation hold the eval store; training sees a manifest.
 
-Three private sets: the curated anchor (frozen, comparable across cycles), a refreshed set drawn anew each
-cycle (no model can have seen it), and the mined set (users' corrected hard cases, held out by hash).
+Four private sets: the curated anchor (frozen, comparable across cycles), the tiers the suite grew past it as the
+champion did (versioned: each version holds its predecessor's items and the tiers it sealed), a refreshed set drawn
+anew each cycle over every tier the suite holds (no model can have seen it), and the mined set (users' corrected
+hard cases, held out by hash).
 """
 
 import random
@@ -12,6 +14,7 @@ from dagster import AssetExecutionContext, MaterializeResult, ResourceParam, ass
 
 from ..recipes.base import slice_name
 from ..resources import layout
+from ..resources.registry import CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..resources.warehouse import Warehouse
 from ..settings import Settings
@@ -36,23 +39,68 @@ def load_anchor(eval_store: ObjectStore) -> dict:
     return suite
 
 
+def load_grown(eval_store: ObjectStore) -> dict:
+    """The newest version of the grown tiers ({"version": None, "items": []} before the suite first grows)."""
+    versions = eval_store.list(layout.GROWN)
+    return eval_store.read_json(versions[-1]) if versions else {"version": None, "items": []}
+
+
+def load_sets(eval_store: ObjectStore, manifest: dict) -> dict[str, list[dict]]:
+    """The private sets a manifest names: anchor, grown, refreshed, mined."""
+    grown = manifest.get("grown_version")
+    return {"anchor": load_anchor(eval_store)["items"],
+            "grown": read_set(eval_store, layout.grown(grown))["items"] if grown else [],
+            "refreshed": read_set(eval_store, layout.refreshed(manifest["refreshed_version"]))["items"],
+            "mined": read_set(eval_store, layout.mined(manifest["mined_version"]))["items"]}
+
+
+def _items(tasks) -> list[dict]:
+    return [{"prompt": t.prompt, "answer": t.answer, "skill": t.skill, "tier": t.tier} for t in tasks]
+
+
+def _grow(recipe, settings: Settings, eval_store: ObjectStore, registry: ModelRegistry, suite: list[dict],
+          grown: dict) -> tuple[dict, dict, dict]:
+    """(grown set, {skill: tiers sealed now}, {"skill/tier": champion's score}): when the champion solves one of the
+    suite's top RMI_EVAL_LEAD tiers of a skill, the next tiers are sealed into a new version of the grown set, as
+    many as keep RMI_EVAL_LEAD of them past the highest it solves."""
+    from ..ml.curriculum import suite_growth
+
+    champion = registry.version(CHAMPION)
+    if champion is None:
+        return grown, {}, {}
+    version = f"{len(eval_store.list(layout.GROWN)) + 1:04d}"
+    new, added, scores = suite_growth(recipe, registry.load(champion.version, recipe), suite, settings.saturation,
+                                      settings.eval_lead, random.Random(f"grow-{settings.seed}-{version}"),
+                                      settings.eval_items_per_slice)
+    if added:
+        grown = {"version": version, "grew_from": grown["version"], "champion_version": str(champion.version),
+                 "added": added, "items": grown["items"] + _items(new)}
+        eval_store.write_json(layout.grown(version), grown)
+    return grown, added, scores
+
+
 @asset(deps=[feedback_events], group_name="evals", kinds={"json"})
 def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
-               eval_store: ObjectStore, warehouse: Warehouse) -> MaterializeResult:
-    """Refreshes and mines the private eval sets in the sealed eval store (a fresh set drawn each cycle, users'
-    corrected hard cases held out by hash), then publishes what training may know (evals/manifest.json): item
-    hashes, slice sizes and the canary string, never the items."""
+               eval_store: ObjectStore, warehouse: Warehouse, registry: ModelRegistry) -> MaterializeResult:
+    """Grows, refreshes and mines the private eval sets in the sealed eval store (the next tiers sealed before the
+    champion saturates the top ones, a fresh set drawn each cycle, users' corrected hard cases held out by hash),
+    then publishes what training may know (evals/manifest.json): item hashes, slice sizes and the canary string,
+    never the items."""
     from ..ml.hygiene import is_mined_holdout, ngram_hashes
     from ..recipes.base import load_recipe
 
     recipe = load_recipe(settings.recipe)
     anchor = load_anchor(eval_store)
+    grown = load_grown(eval_store)
+    grown, added, champion_scores = _grow(recipe, settings, eval_store, registry, anchor["items"] + grown["items"],
+                                          grown)
+    suite = anchor["items"] + grown["items"]
+    tiers = {skill: sorted({int(i["tier"]) for i in suite if i["skill"] == skill}) for skill in recipe.skills}
     # the n-th refresh of a seed is drawn the same way every time, so the same seed gives the same loop
     drawn = len(eval_store.list(layout.REFRESHED))
     stamp = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{drawn}"
-    refreshed = [{"prompt": t.prompt, "answer": t.answer, "skill": t.skill, "tier": t.tier} for t in
-                 recipe.build_eval_suite(random.Random(f"refresh-{settings.seed}-{drawn}"),
-                                         settings.refreshed_items_per_slice)]
+    refreshed = _items(recipe.build_eval_suite(random.Random(f"refresh-{settings.seed}-{drawn}"),
+                                               settings.refreshed_items_per_slice, tiers))
     eval_store.write_json(layout.refreshed(stamp), {"version": stamp, "items": refreshed})
 
     hard = warehouse.query("SELECT prompt, correction FROM feedback_events WHERE rating = 'down' AND "
@@ -73,29 +121,38 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
     eval_store.write_json(layout.mined(stamp), {"version": stamp, "items": mined})
 
     counts: dict[tuple[str, int], int] = {}
-    for item in anchor["items"]:
+    for item in suite:
         counts[(item["skill"], item["tier"])] = counts.get((item["skill"], item["tier"]), 0) + 1
     slices = [{"skill": s, "tier": t, "items": n, "private": recipe.is_private_slice(s, t, n)}
               for (s, t), n in sorted(counts.items())]
     private = {(s["skill"], s["tier"]) for s in slices if s["private"]}
     # Slices too small to keep private (every problem is one a user will ask) are scored but not counted,
     # so training on their problems is no leak.
-    sealed = [i for i in anchor["items"] + refreshed if (i["skill"], i["tier"]) in private] + mined
+    sealed = [i for i in suite + refreshed if (i["skill"], i["tier"]) in private] + mined
     ngram_n = settings.ngram_n or recipe.ngram_n
     manifest = {
-        "version": anchor["version"], "refreshed_version": stamp, "mined_version": stamp,
+        "version": anchor["version"], "grown_version": grown["version"], "refreshed_version": stamp,
+        "mined_version": stamp,
         "canary": anchor["canary"], "mined_share": settings.mined_share,
         "hashes": sorted({recipe.prompt_hash(i["prompt"]) for i in sealed}),
         "ngram_n": ngram_n,
         "ngram_hashes": sorted({h for i in sealed for h in ngram_hashes(i["prompt"], ngram_n)})
         if recipe.text_recipe else [],
         "slices": slices,
-        "sets": {"anchor": len(anchor["items"]), "refreshed": len(refreshed), "mined": len(mined)},
+        "sets": {"anchor": len(anchor["items"]), "grown": len(grown["items"]), "refreshed": len(refreshed),
+                 "mined": len(mined)},
     }
     storage.write_json(layout.EVAL_MANIFEST, manifest)
+    held = ", ".join(f"{skill} {ts[0]}-{ts[-1]}" for skill, ts in tiers.items())
+    if added:
+        context.log.info(f"the champion solves the suite's top tiers ({champion_scores}): sealed "
+                         + ", ".join(f"{skill} {ts}" for skill, ts in added.items()) + f" as grown v{grown['version']}")
     context.log.info(f"eval suite {anchor['version']}: {manifest['sets']}, {len(manifest['hashes'])} sealed hashes")
     return MaterializeResult(metadata={
-        "anchor_version": anchor["version"], "refreshed_version": stamp, **manifest["sets"],
+        "anchor_version": anchor["version"], "grown_version": grown["version"] or "none", "tiers": held,
+        "tiers_sealed_now": ", ".join(f"{skill} {ts[0]}-{ts[-1]}" for skill, ts in added.items()) or "none",
+        **{f"champion {name}": round(v, 3) for name, v in champion_scores.items()},
+        "refreshed_version": stamp, **manifest["sets"],
         "private_slices": len(private), "sealed_hashes": len(manifest["hashes"]),
         "excluded_slices": ", ".join(slice_name(s["skill"], s["tier"]) for s in slices if not s["private"]) or "none",
     })

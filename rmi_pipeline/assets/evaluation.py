@@ -24,14 +24,15 @@ from ..resources import layout
 from ..resources.registry import CHALLENGER, CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..settings import Settings
-from .evals import eval_suite, load_anchor, read_set
+from .evals import eval_suite, load_sets
 from .training import candidate_model
 
 HEADROOM = 0.5  # a slice the challenger answers less than half right still measures the next improvement
 HEADROOM_CHECK = AssetCheckSpec(
     "eval_headroom", asset="candidate_evaluation",
     description=f"Some counted slice is still under {HEADROOM:.0%} for the challenger, so the eval can measure the "
-                "next gain. When it fails the recipe needs harder tiers (for arithmetic: a larger WIDTH).")
+                "next gain. eval_suite grows the suite ahead of the champion (RMI_EVAL_LEAD tiers); this fails "
+                "when the challenger jumped further in one cycle, or the recipe has no harder tier to make.")
 
 
 @asset(deps=[candidate_model, eval_suite], group_name="evaluation", kinds={"pytorch"}, check_specs=[HEADROOM_CHECK])
@@ -48,12 +49,7 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
     recipe = load_recipe(settings.recipe)
     manifest = storage.read_json(layout.EVAL_MANIFEST)
     private = {(s["skill"], s["tier"]) for s in manifest["slices"] if s["private"]}
-    sets = {
-        "anchor": load_anchor(eval_store)["items"],
-        "refreshed": read_set(eval_store, layout.refreshed(manifest["refreshed_version"]))["items"],
-        "mined": read_set(eval_store, layout.mined(manifest["mined_version"]))["items"],
-        "public": [vars(t) for t in recipe.public_eval()],
-    }
+    sets = {**load_sets(eval_store, manifest), "public": [vars(t) for t in recipe.public_eval()]}
     tasks = eval_tasks(sets)
 
     challenger = registry.version(CHALLENGER)
@@ -74,14 +70,18 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
     verdict = "promote" if decision.promote else "reject"
     context.log.info(f"challenger v{challenger.version}: {verdict}. {decision.reason}")
 
-    # The anchor is frozen: its means are comparable across every cycle (the learning curve).
+    # The anchor is frozen: its means are comparable across every cycle (the learning curve), beside the highest
+    # tier each model solves, which the grown tiers let climb past the anchor's.
     scores = {"challenger_anchor_mean": scored.anchor_mean(0, private)}
     scores |= {f"challenger_skill_{s}": scored.anchor_mean(0, private, s) for s in recipe.skills}
+    scores |= {f"challenger_top_tier_{s}": scored.top_tier(0, s, settings.saturation) for s in recipe.skills}
     if champion:
         scores |= {"champion_anchor_mean": scored.anchor_mean(1, private)}
         scores |= {f"champion_skill_{s}": scored.anchor_mean(1, private, s) for s in recipe.skills}
+        scores |= {f"champion_top_tier_{s}": scored.top_tier(1, s, settings.saturation) for s in recipe.skills}
     report = {"challenger_version": challenger.version, "champion_version": champion.version if champion else None,
-              "suite_version": manifest["version"], "refreshed_version": manifest["refreshed_version"],
+              "suite_version": manifest["version"], "grown_version": manifest.get("grown_version"),
+              "refreshed_version": manifest["refreshed_version"],
               "scores": scores, "decision": decision.as_dict()}
     storage.write_json(layout.evaluation(challenger.version), report)
     registry.tag(challenger.version, {"eval_anchor_mean": f"{scores['challenger_anchor_mean']:.4f}",

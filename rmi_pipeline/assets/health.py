@@ -22,7 +22,7 @@ from ..resources.registry import CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..resources.warehouse import Warehouse
 from ..settings import Settings
-from .evals import eval_suite, load_anchor, read_set
+from .evals import eval_suite, load_sets
 
 MIN_RATED = 30  # fewer rated answers on a slice say nothing about its rate
 
@@ -43,9 +43,7 @@ def champion_health(context: AssetExecutionContext, settings: ResourceParam[Sett
         return MaterializeResult(metadata={"regressed": False, "status": "no champion yet"})
     recipe = load_recipe(settings.recipe)
     manifest = storage.read_json(layout.EVAL_MANIFEST)
-    tasks = eval_tasks({"anchor": load_anchor(eval_store)["items"],
-                        "refreshed": read_set(eval_store, layout.refreshed(manifest["refreshed_version"]))["items"],
-                        "mined": read_set(eval_store, layout.mined(manifest["mined_version"]))["items"]})
+    tasks = eval_tasks(load_sets(eval_store, manifest))
     right = recipe.correct(registry.load(champion.version, recipe), [t for _, t in tasks])
     scores = {name: float(pair.challenger.mean())
               for name, pair in sorted(Scored(tasks, [np.array(right, dtype=float)]).slices().items())}

@@ -83,7 +83,8 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, set
         reported = {k: v.value for k, v in invocation.get_materialize_result().metadata.items()}
         params |= {"rows": reported["rows"], "parameters": reported["parameters"],
                    **{k.removeprefix("trainer_"): v for k, v in reported.items() if k.startswith("trainer_")}}
-        metrics = {k: reported[k] for k in ("final_loss", "steps_done", "train_seconds", "steps_per_second")}
+        metrics = {k: reported[k] for k in ("final_loss", "steps_done", "train_seconds", "steps_per_second",
+                                            "tokens_trained")}
         metrics |= {k: v for k, v in reported.items() if k.startswith(("loss_", "rows_"))}  # per mix source
         registry.log_training(run_id, params, metrics, invocation.get_custom_messages())
         mv = registry.register_model(run_id, storage.read_bytes(checkpoint_key), settings.recipe, tags=lineage)

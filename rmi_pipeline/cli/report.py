@@ -31,6 +31,8 @@ class CycleRecord:
     challenger: dict = field(default_factory=dict)  # skill -> private mean, plus "mean"
     champion: dict = field(default_factory=dict)  # the champion after this cycle's gate
     champion_version: str | None = None
+    top_tier: dict = field(default_factory=dict)  # skill -> highest tier the champion solves after the gate
+    suite_tiers: str = ""  # the tiers the eval suite held this cycle ("add 1-9, sub 1-8")
     seconds: dict = field(default_factory=dict)
     run_id: str | None = None
 
@@ -60,6 +62,9 @@ class CycleRecord:
         old = {s: ev.get(f"champion_skill_{s}") for s in skills} | {"mean": ev.get("champion_anchor_mean")}
         promoted = champion.key.to_user_string() in meta
         self.champion = dict(self.challenger) if promoted else ({k: v for k, v in old.items() if v is not None})
+        who = "challenger" if promoted else "champion"
+        self.top_tier = {s: ev[f"{who}_top_tier_{s}"] for s in skills if f"{who}_top_tier_{s}" in ev}
+        self.suite_tiers = meta.get(eval_suite.key.to_user_string(), {}).get("tiers", "")
         kept = ev.get("champion_version")
         self.champion_version = self.challenger_version if promoted else (None if kept == "none" else kept)
         for step in instance.get_run_step_stats(result.run_id):
@@ -75,7 +80,8 @@ def summary_table(records: list[CycleRecord]) -> str:
     head = (["cycle", "fb rows", "ingested", "quarant.", "dataset", "eval rows out", "n-gram out", "mined out",
              "chal mean",
              "gain [98% interval]", "verdict"] + [f"champ {s}" for s in skills]
-            + ["champ mean", "champion", "s world", "s ingest", "s train", "s eval", "s total"])
+            + ["champ mean", "top tier", "suite tiers", "champion", "s world", "s ingest", "s train", "s eval",
+               "s total"])
     rows = []
     for r in records:
         fmt = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))  # noqa: E731
@@ -88,6 +94,7 @@ def summary_table(records: list[CycleRecord]) -> str:
                                                              "held_out_mined")),
                      fmt(r.challenger.get("mean")), gain, r.verdict or "-"]
                     + [fmt(r.champion.get(s)) for s in skills] + [fmt(r.champion.get("mean"))]
+                    + [" ".join(f"{s} {t}" for s, t in r.top_tier.items()) or "-", r.suite_tiers or "-"]
                     + [f"v{r.champion_version}" if r.champion_version else "-"]
                     + [f"{s:.1f}" if s is not None else "-" for s in secs] + [f"{sum(r.seconds.values()):.1f}"])
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
@@ -111,7 +118,13 @@ def learning_curve(records: list[CycleRecord], path: Path) -> Path:
     ax.set(xlabel="cycle", ylabel="exact match, private anchor eval", ylim=(0, 1.02), xticks=cycles,
            title="Recursive model improvement: the champion after each cycle")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    tiers = ax.twinx()  # the highest tier solved climbs past the anchor's, which the mean cannot show
+    for s in skills:
+        tiers.step(cycles, [r.top_tier.get(s) for r in records], ":", where="mid", label=f"highest tier solved, {s}")
+    tiers.set_ylabel("highest tier solved (RMI_SATURATION on every tier up to it)")
+    lines = ax.get_legend_handles_labels()
+    more = tiers.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

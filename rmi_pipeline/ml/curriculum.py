@@ -2,6 +2,7 @@
 
 The frontier is measured on fresh generated problems (the generator knows their answers), never on eval items.
 Practice starts at the frontier, one step past the tiers the model already solves (RMI_PRACTICE_TIERS say how many).
+The eval suite grows the same way, ahead of the champion: `suite_growth` says which tiers it must seal next.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from .tasks import slice_name
 def frontier(recipe, model, rng: random.Random, per_tier: int, saturation: float) -> tuple[dict, dict]:
     """({skill: practice tier}, {"skill/tier": accuracy}) for the tiers measured on the way up.
 
-    A skill whose every tier is saturated practises its hardest tier."""
+    There is no last tier but the recipe's hardest: a skill that saturates it practises it."""
     tiers, accuracy = {}, {}
     for skill in recipe.skills:
-        tiers[skill] = recipe.tiers[-1]
-        for tier in recipe.tiers:
+        tiers[skill] = recipe.hardest_tier
+        for tier in range(recipe.tiers[0], recipe.hardest_tier + 1):
             tasks = recipe.sample_tasks(rng, per_tier, [skill], [tier])
             score = sum(recipe.correct(model, tasks)) / len(tasks)
             accuracy[slice_name(skill, tier)] = score
@@ -26,3 +27,44 @@ def frontier(recipe, model, rng: random.Random, per_tier: int, saturation: float
                 tiers[skill] = tier
                 break
     return tiers, accuracy
+
+
+def suite_growth(recipe, model, items: list[dict], saturation: float, lead: int, rng: random.Random,
+                 per_tier: int) -> tuple[list, dict, dict]:
+    """(new eval tasks, {skill: tiers they add}, {"skill/tier": the model's score}): what keeps `lead` tiers in the
+    suite past the highest the model solves (`saturation`). The suite's top `lead` tiers of each skill are scored
+    on its own items, hardest first; when the model solves the top one, the next tiers are drawn and scored one at
+    a time while it solves them (a champion may climb many tiers in a cycle), up to the recipe's hardest."""
+    from .tasks import Task
+
+    by_slice: dict[tuple[str, int], list[Task]] = {}
+    for item in items:
+        by_slice.setdefault((item["skill"], int(item["tier"])), []).append(
+            Task(item["prompt"], item["answer"], item["skill"], int(item["tier"])))
+    new, grow, scores = [], {}, {}
+
+    def solves(skill: str, tier: int, tasks: list[Task]) -> bool:
+        scores[slice_name(skill, tier)] = sum(recipe.correct(model, tasks)) / len(tasks)
+        return scores[slice_name(skill, tier)] >= saturation
+
+    def draw(skill: str, tiers: list[int]) -> list[Task]:
+        return recipe.build_eval_suite(rng, per_tier, {s: tiers if s == skill else [] for s in recipe.skills})
+
+    for skill in recipe.skills:
+        top = max(t for s, t in by_slice if s == skill)
+        solved = next((t for t in range(top, max(top - lead, 0), -1)
+                       if by_slice.get((skill, t)) and solves(skill, t, by_slice[(skill, t)])), None)
+        if solved is None:
+            continue
+        drawn = top
+        while solved == drawn < recipe.hardest_tier:
+            drawn += 1
+            tasks = draw(skill, [drawn])
+            new += tasks
+            if solves(skill, drawn, tasks):
+                solved = drawn
+        last = min(solved + lead, recipe.hardest_tier)
+        new += draw(skill, list(range(drawn + 1, last + 1)))
+        if last > top:
+            grow[skill] = list(range(top + 1, last + 1))
+    return new, grow, scores

@@ -1,8 +1,11 @@
 """A compact decoder-only transformer and the LightningModule that trains it.
 
-Learned positions (absolute, or by place value for tasks like arithmetic, optionally with attention biased
-toward nearby places), pre-norm blocks, tied embeddings, nanoGPT-style init. The loss is taken only where
-`loss_mask` is set (the answer tokens), so prompts teach the model nothing it must produce.
+Positions by place, read off the tokens, and only relative: attention scores add, per head, a learned score for the
+signed distance in places between query and key (clipped) and minus a slope times that distance, so nothing in the
+model depends on how long a sequence is and what it learns at one place holds at every other (trained on 1-3
+digit sums: half the 16-digit sums right, bench/positions.py). Pre-norm blocks, tied embeddings, nanoGPT-style
+init. The loss is taken only where `loss_mask` is set (the answer tokens), so prompts teach the model nothing it
+must produce.
 """
 
 from __future__ import annotations
@@ -21,18 +24,32 @@ from .objective import adamw_warmup_cosine, batch_loss, trimmed
 @dataclass
 class GPTConfig:
     vocab_size: int
-    block_size: int
+    separators: list[int]  # tokens that end a segment of the prompt: places count from 0 in each segment
+    answer_token: int  # from this token on, each token stands at the place of the token it predicts
     n_layer: int = 2
     n_head: int = 2
     n_embd: int = 64
-    # Place-value positions: token t gets position id place_ids[t] (tokens of the same place share one), shifted by a
-    # random offset up to max_offset in training, so what is learned at one place carries to places never seen.
-    place_ids: list[int] | None = None
-    segments: list[int] | None = None  # which part of the input each token belongs to (operand, operator, answer)
-    max_offset: int = 0
-    # the place of each token (any positions): all heads but the last prefer keys of nearby places, the nearer the
-    # more, which is the lookup column arithmetic needs from its first steps
-    attention_places: list[int] | None = None
+    slopes: list[float] | None = None  # per head: how much less a key one place farther counts (default 0)
+    relative: int = 4  # learned score per head for each signed place distance up to this (farther: clipped)
+    segments: int = 5  # a, separator, b, answer token, answer
+
+
+def layout(idx: torch.Tensor, separators: torch.Tensor, answer_token: int, state: tuple | None = None):
+    """(places, segments, state) of tokens `idx` (B, T) that follow the tokens `state` describes (None: none)."""
+    B, T = idx.shape
+    if state is None:
+        zeros = torch.zeros(B, dtype=torch.long, device=idx.device)
+        state = (zeros, zeros - 1, zeros.bool(), 0)
+    count0, last0, answered0, t0 = state
+    is_answer = idx == answer_token
+    boundary = torch.isin(idx, separators) | is_answer
+    pos = torch.arange(t0, t0 + T, device=idx.device).expand(B, T)
+    count = count0[:, None] + boundary.long().cumsum(1)
+    segments = 2 * count - boundary.long()
+    last = torch.where(boundary, pos, -1).cummax(1).values.maximum(last0[:, None])
+    answered = answered0[:, None] | (is_answer.long().cumsum(1) > 0)
+    places = torch.where(boundary, 0, pos - last - 1 + answered.long())
+    return places, segments, (count[:, -1], last[:, -1], answered[:, -1], t0 + T)
 
 
 class SelfAttention(nn.Module):
@@ -42,8 +59,8 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: list | None = None) -> torch.Tensor:
-        """`mask`: None for causal attention, else additive scores or allowed keys (bool) for these queries."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, cache: list | None = None) -> torch.Tensor:
+        """`mask`: additive scores (B, heads, queries, keys), -inf where a key may not be seen."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
@@ -51,11 +68,7 @@ class SelfAttention(nn.Module):
             if cache:
                 k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
             cache[:] = [k, v]
-        if mask is None:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask if mask.dtype == torch.bool
-                                               else mask.to(q.dtype))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype))
         return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
@@ -69,7 +82,7 @@ class Block(nn.Module):
             nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.GELU(), nn.Linear(4 * cfg.n_embd, cfg.n_embd)
         )
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: list | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, cache: list | None = None) -> torch.Tensor:
         x = x + self.attn(self.ln1(x), mask, cache)
         return x + self.mlp(self.ln2(x))
 
@@ -79,15 +92,11 @@ class GPT(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        if cfg.place_ids is None:
-            self.pos = nn.Embedding(cfg.block_size, cfg.n_embd)
-        else:
-            self.pos = nn.Embedding(max(cfg.place_ids) + cfg.max_offset + 1, cfg.n_embd)
-            self.seg = nn.Embedding(max(cfg.segments) + 1, cfg.n_embd)
-            self.register_buffer("place_ids", torch.tensor(cfg.place_ids), persistent=False)
-            self.register_buffer("segments", torch.tensor(cfg.segments), persistent=False)
-        if cfg.attention_places is not None:
-            self.register_buffer("bias", self._place_bias(cfg), persistent=False)
+        self.seg = nn.Embedding(cfg.segments, cfg.n_embd)
+        self.relative = nn.Parameter(torch.zeros(cfg.n_head, 2 * cfg.relative + 1))
+        self.register_buffer("separators", torch.tensor(cfg.separators), persistent=False)
+        self.register_buffer("slopes", torch.tensor(cfg.slopes or [0.0] * cfg.n_head).view(1, -1, 1, 1),
+                             persistent=False)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
@@ -96,15 +105,6 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():  # scaled residual projections, as in GPT-2
             if name.endswith("proj.weight") or name.endswith("mlp.2.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
-
-    @staticmethod
-    def _place_bias(cfg: GPTConfig) -> torch.Tensor:
-        """(heads, T, T) additive attention scores: causal, and minus the distance in places for all but one head."""
-        places = torch.tensor(cfg.attention_places, dtype=torch.float)
-        distance = (places[:, None] - places[None, :]).abs()
-        slopes = torch.tensor([1.0] * (cfg.n_head - 1) + [0.0])
-        causal = torch.ones(len(places), len(places), dtype=torch.bool).tril()
-        return (-slopes[:, None, None] * distance).masked_fill(~causal, float("-inf"))
 
     @staticmethod
     def _init(m: nn.Module) -> None:
@@ -117,25 +117,23 @@ class GPT(nn.Module):
 
     def forward(self, idx: torch.Tensor, cache: list | None = None) -> torch.Tensor:
         """Logits for tokens `idx`. `cache` (decoding): a list, empty at first, that keeps each block's keys and
-        values, so the next call passes only the new tokens."""
-        start = cache[0][0].shape[2] if cache else 0
-        T = idx.shape[1]
-        end = start + T
-        if self.cfg.place_ids is None:
-            x = self.tok(idx) + self.pos(torch.arange(start, end, device=idx.device))
-        else:
-            ids = self.place_ids[start:end].expand(idx.shape[0], T)
-            if self.training and self.cfg.max_offset:
-                ids = ids + torch.randint(0, self.cfg.max_offset + 1, (idx.shape[0], 1), device=idx.device)
-            x = self.tok(idx) + self.pos(ids) + self.seg(self.segments[start:end])
-        if hasattr(self, "bias"):
-            mask = self.bias[:, start:end, :end]
-        elif start:  # new queries see every cached key and each other causally
-            mask = torch.ones(T, end, dtype=torch.bool, device=idx.device).tril(start)
-        else:
-            mask = None
-        if cache is not None and not cache:
-            cache += [[] for _ in self.blocks]
+        values and where the tokens so far stand, so the next call passes only the new tokens."""
+        state = cache[-1] if cache else {"start": 0, "layout": None}
+        start, T = state["start"], idx.shape[1]
+        places, segments, where = layout(idx, self.separators, self.cfg.answer_token, state["layout"])
+        # a sampled answer may write a separator: its later tokens count as segments past the last
+        x = self.tok(idx) + self.seg(segments.clamp(max=self.cfg.segments - 1))
+        keys = torch.cat([state["places"], places], 1) if start else places
+        distance = places[:, :, None] - keys[:, None, :]
+        k = self.cfg.relative
+        scores = (-self.slopes * distance.abs()[:, None].to(x.dtype)
+                  + self.relative[:, distance.clamp(-k, k) + k].transpose(0, 1))
+        causal = torch.ones(T, start + T, dtype=torch.bool, device=idx.device).tril(start)
+        mask = scores.masked_fill(~causal, float("-inf"))
+        if cache is not None:
+            if not cache:
+                cache += [[] for _ in self.blocks] + [None]
+            cache[-1] = {"start": start + T, "layout": where, "places": keys}
         for i, block in enumerate(self.blocks):
             x = block(x, mask, None if cache is None else cache[i])
         return self.head(self.ln_f(x))

@@ -45,7 +45,8 @@ def practise(recipe, model, mix: dict[str, float], failed: list[str], rng: rando
     problems: list[str] = []
     if mix["practice"] or mix["rl"] or mix["hint_distill"]:
         tiers, accuracy = frontier(recipe, model, rng, FRONTIER_PROBLEMS, practice.saturation)
-        span = {skill: [t for t in recipe.tiers if 0 <= t - tier < practice.tiers] for skill, tier in tiers.items()}
+        span = {skill: list(range(tier, min(tier + practice.tiers, recipe.hardest_tier + 1)))
+                for skill, tier in tiers.items()}
         problems = [t.prompt for skill in recipe.skills
                     for t in recipe.sample_tasks(rng, practice.problems, [skill], span[skill])]
         out.meta |= {f"frontier {s}": t for s, t in tiers.items()}

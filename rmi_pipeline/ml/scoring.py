@@ -1,7 +1,8 @@
 """Models scored on the eval sets, per slice: what the gate compares and what the health check watches.
 
-A slice 'skill/tier' pools the frozen anchor and this cycle's refreshed set (for the anchor's slices); 'mined/skill'
-holds the mined hard cases of a skill. The public set and the anchor against the unseen sets make the leak pairs.
+A slice 'skill/tier' pools the frozen anchor, the tiers the suite grew past it and this cycle's refreshed set;
+'mined/skill' holds the mined hard cases of a skill. The public set and the anchor against the unseen sets make the
+leak pairs, on the anchor's slices (the grown tiers are harder, and no public item is of them).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import numpy as np
 from .gate import Paired
 from .tasks import Task, slice_name
 
-POOLED = ("anchor", "refreshed")
+SEALED = ("anchor", "grown")  # the suite's fixed items: the slices it has
+POOLED = (*SEALED, "refreshed")
 MINED = "mined"
 
 
@@ -35,16 +37,17 @@ class Scored:
         return Paired(self.right[0][idx], self.right[1][idx] if len(self.right) > 1 else None)
 
     def slices(self) -> dict[str, Paired]:
-        """Every slice of the anchor (anchor and refreshed pooled), then each skill's mined hard cases."""
+        """Every slice of the suite (anchor, grown and refreshed pooled), then each skill's mined hard cases."""
         out = {slice_name(s, t): self.paired(lambda n, task, s=s, t=t: n in POOLED and
                                              (task.skill, task.tier) == (s, t))
-               for s, t in sorted({(task.skill, task.tier) for n, task in self.tasks if n == "anchor"})}
+               for s, t in sorted({(task.skill, task.tier) for n, task in self.tasks if n in SEALED})}
         for skill in sorted({task.skill for n, task in self.tasks if n == MINED}):
             out[slice_name(MINED, skill)] = self.paired(lambda n, task, skill=skill: n == MINED and task.skill == skill)
         return out
 
     def leak_pairs(self, private: set[tuple[str, int]]) -> dict[str, tuple[Paired, Paired]]:
         """(a set the challenger could have seen, a set it cannot have) per leak signal."""
+        private = private & self._anchor_slices()
         is_private = lambda task: (task.skill, task.tier) in private  # noqa: E731
         return {
             "public": (self.paired(lambda n, task: n == "public"),
@@ -56,5 +59,18 @@ class Scored:
     def anchor_mean(self, model: int, private: set[tuple[str, int]], skill: str | None = None) -> float:
         """Mean over the private slices (of one skill) of a model's anchor score: comparable across cycles."""
         keep = [self.paired(lambda n, task, s=s, t=t: n == "anchor" and (task.skill, task.tier) == (s, t))
-                for s, t in sorted(private) if skill in (None, s)]
+                for s, t in sorted(private & self._anchor_slices()) if skill in (None, s)]
         return float(np.mean([(k.challenger if model == 0 else k.champion).mean() for k in keep]))
+
+    def top_tier(self, model: int, skill: str, saturation: float) -> int:
+        """The highest tier up to which a model scores `saturation` on every slice of a skill (0: none)."""
+        slices, top = self.slices(), 0
+        for tier in sorted({task.tier for n, task in self.tasks if n in SEALED and task.skill == skill}):
+            paired = slices[slice_name(skill, tier)]
+            if (paired.challenger if model == 0 else paired.champion).mean() < saturation:
+                break
+            top = tier
+        return top
+
+    def _anchor_slices(self) -> set[tuple[str, int]]:
+        return {(task.skill, task.tier) for n, task in self.tasks if n == "anchor"}

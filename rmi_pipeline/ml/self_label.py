@@ -32,7 +32,7 @@ def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: 
     saturation, tiers = options.saturation, options.tiers
     out = SelfLabels()
     for skill in recipe.skills:
-        for tier in recipe.tiers:
+        for tier in range(recipe.tiers[0], recipe.hardest_tier + 1):
             *_, agreed = _answers(recipe, model, rng, skill, tier, probe, votes, temperature, seed)
             out.agreement[slice_name(skill, tier)] = sum(agreed) / len(agreed)
             if out.agreement[slice_name(skill, tier)] < saturation:
@@ -40,7 +40,7 @@ def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: 
                 break
         if skill not in out.tiers:
             continue  # reliable at every tier: nothing past it to label
-        for tier in [t for t in recipe.tiers if out.tiers[skill] <= t < out.tiers[skill] + tiers]:
+        for tier in range(out.tiers[skill], min(out.tiers[skill] + tiers, recipe.hardest_tier + 1)):
             labels = _backed_up(recipe, model, *_answers(recipe, model, rng, skill, tier, per_tier, votes,
                                                           temperature, seed + 1))
             out.kept[slice_name(skill, tier)] = len(labels)

@@ -23,7 +23,10 @@ __all__ = ["Recipe", "Task", "load_recipe", "slice_name"]
 class Recipe(ABC):
     name: str
     skills: tuple[str, ...]
-    tiers: tuple[int, ...]
+    tiers: tuple[int, ...]  # consecutive, easiest first: the tiers the curated eval suite starts with
+    # the hardest tier sample_tasks can make (None: the last of `tiers`): practice, self-labels and the eval suite
+    # grow up to it as the champion does
+    max_tier: int | None = None
     text_recipe: bool = False  # free text: training is also checked for n-gram overlap with the evals
     ngram_n: int = 13  # of that check (RMI_NGRAM_N): long enough that a shared phrase is shared content
     hint_distillation: str = "answers"  # or "tokens", for hints in words (RMI_HINT_DISTILLATION, ml/objective.py)
@@ -138,11 +141,17 @@ class Recipe(ABC):
         """A public eval set anyone may see (and train on): the yardstick for the leak signal."""
         return []
 
-    def build_eval_suite(self, rng: random.Random, items_per_slice: int) -> list[Task]:
-        """A labelled eval suite, `items_per_slice` distinct problems per skill and tier."""
+    @property
+    def hardest_tier(self) -> int:
+        return self.max_tier or self.tiers[-1]
+
+    def build_eval_suite(self, rng: random.Random, items_per_slice: int,
+                         tiers: dict[str, list[int]] | None = None) -> list[Task]:
+        """A labelled eval suite, `items_per_slice` distinct problems per skill and tier (`tiers` per skill;
+        default the recipe's)."""
         suite: list[Task] = []
         for skill in self.skills:
-            for tier in self.tiers:
+            for tier in (tiers or {}).get(skill, self.tiers):
                 seen: dict[str, Task] = {}
                 for _ in range(100):  # small slices run out of distinct problems: keep what exists
                     for task in self.sample_tasks(rng, items_per_slice, [skill], [tier]):

@@ -31,8 +31,14 @@ EVAL_MANIFEST = "evals/manifest.json"
 
 # the sealed eval store, which only evaluation assets open
 ANCHOR = "anchor/suite.json"  # curated once, frozen: comparable across all cycles
+GROWN = "grown"  # the tiers the suite grew past the anchor's as the champion did, one file per version
 REFRESHED = "refreshed"  # a fresh set each cycle: no model can have seen it
 MINED = "mined"  # hard cases from feedback, held out by hash
+
+
+def grown(version: str) -> str:
+    """Every tier grown so far (a version holds its predecessor's items and the tiers it added)."""
+    return f"{GROWN}/{version}.json"
 
 
 def refreshed(version: str) -> str:

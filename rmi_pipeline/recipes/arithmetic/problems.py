@@ -1,6 +1,8 @@
-"""Arithmetic problems as users type them: 'a+b=' and 'a-b=' (a >= b), up to WIDTH digits.
+"""Arithmetic problems as users type them: 'a+b=' and 'a-b=' (a >= b), of any number of digits.
 
-Tier L means the larger operand has L digits; the generator draws both operands with L digits.
+Tier L means the larger operand has L digits; the generator draws both operands with L digits. There is no
+largest tier but MAX_DIGITS, which bounds what one untrusted question can cost (and stays under Python's limit on
+converting long digit strings to int).
 """
 
 from __future__ import annotations
@@ -8,12 +10,12 @@ from __future__ import annotations
 import random
 import re
 
-WIDTH = 8  # digits per operand; answers have WIDTH + 1
+MAX_DIGITS = 1000  # per operand
 SKILLS = ("add", "sub")
 OPS = {"add": "+", "sub": "-"}
 # ASCII digits only, the whole text (re's $ would let a trailing newline through, \d other scripts' digits)
-_PROMPT = re.compile(rf"(\d{{1,{WIDTH}}})([+-])(\d{{1,{WIDTH}}})=", re.ASCII)
-_ANSWER = re.compile(rf"\d{{1,{WIDTH + 1}}}", re.ASCII)
+_PROMPT = re.compile(rf"(\d{{1,{MAX_DIGITS}}})([+-])(\d{{1,{MAX_DIGITS}}})=", re.ASCII)
+_ANSWER = re.compile(rf"\d{{1,{MAX_DIGITS + 1}}}", re.ASCII)
 
 
 def parse(prompt: str) -> tuple[int, str, int] | None:

@@ -1,0 +1,63 @@
+"""Arithmetic recipes whose 'models' are scripted: a champion of any strength, and a challenger that memorized.
+
+KnowsUpTo (a curated suite of 12 tiers) knows the answers up to a tier, untrained.
+
+Greedy answers are right up to `KnowsUpTo.knows` + 2 digits (wrong past them); sampled votes agree with them up to
+`knows` digits, and past that one vote in each group differs (right where the greedy answer is wrong), so the model
+is reliable up to `knows`, unsure but right just past it, and wrong further out, where a sample still finds the
+answer a verifier accepts. Tests set `knows` on the class: the loop loads the recipe by its import
+path (RMI_RECIPE=knowing_recipe:KnowsUpTo) and sees the same class.
+"""
+
+from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe, problems
+
+
+class KnowsUpTo(ArithmeticRecipe):
+    tiers = tuple(range(1, 13))
+    knows = 12
+
+    def answer(self, model, prompts):
+        return [self._reply(p, self.knows + 2) for p in prompts]
+
+    def sample(self, model, prompts, k, temperature, seed):
+        out = []
+        for prompt in prompts:
+            greedy = self._reply(prompt, self.knows + 2)
+            if problems.parse(prompt) is None or self.slice_of(prompt)[1] <= self.knows:
+                out.append([greedy] * k)
+                continue
+            truth = self._reply(prompt, problems.MAX_DIGITS)
+            out.append([greedy] * (k - 1) + [truth if greedy != truth else _wrong(truth)])
+        return out
+
+    def _reply(self, prompt: str, up_to: int) -> str:
+        parsed = problems.parse(prompt)
+        if parsed is None:
+            return ""
+        right = str(problems.solve(*parsed))
+        return right if problems.tier_of(parsed[0], parsed[2]) <= up_to else _wrong(right)
+
+
+def _wrong(answer: str) -> str:
+    return answer[:-1] + str((int(answer[-1]) + 1) % 10) if answer else "1"
+
+
+class RemembersAnchor(ArithmeticRecipe):
+    """A challenger that memorized eval items: the checkpoint whose bytes hash to `memorizer` answers the prompts
+    in `remembered` from memory and anything else as its weights do; every other checkpoint is a plain model."""
+
+    memorizer: str | None = None
+    remembered: dict[str, str] = {}
+
+    def load_checkpoint(self, data, learning_rate=0.0, max_steps=1):
+        import hashlib
+
+        module = super().load_checkpoint(data, learning_rate, max_steps)
+        module.remembers = hashlib.sha256(data).hexdigest() == self.memorizer
+        return module
+
+    def answer(self, model, prompts):
+        answers = super().answer(model, prompts)
+        if not getattr(model, "remembers", False):
+            return answers
+        return [self.remembered.get(p, a) for p, a in zip(prompts, answers, strict=True)]
