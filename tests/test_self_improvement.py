@@ -90,8 +90,9 @@ def test_self_labels_come_from_the_first_unsure_tier_and_pass_the_length_filter(
 
 
 class Slipping(UpTo12Digits):
-    """A 'model' that drops the carry out of the ones in 2-digit sums. Where both ones digits are 5 or more it is
-    sure of that (every vote agrees); on other carries one vote in four is right. Subtraction it gets right."""
+    """A 'model' that drops the carry out of the ones in sums of 2 digits or more. Where both ones digits are 5 or
+    more it is sure of that (every vote agrees); on other carries one vote in four is right. Subtraction it gets
+    right."""
 
     def answer(self, model, prompts):
         return [self.slip(p) for p in prompts]
@@ -102,7 +103,7 @@ class Slipping(UpTo12Digits):
     @staticmethod
     def carries(p):
         a, op, b = problems.parse(p)
-        return op == "+" and problems.tier_of(a, b) == 2 and a % 10 + b % 10 >= 10
+        return op == "+" and problems.tier_of(a, b) >= 2 and a % 10 + b % 10 >= 10
 
     @classmethod
     def slip(cls, p):
@@ -185,3 +186,12 @@ def test_the_frontier_practice_and_self_labels_move_past_the_recipe_s_initial_to
              for source in ("practice", "rl", "self_label")}
     assert tiers == {"practice": {15, 16}, "rl": {15, 16}, "self_label": {13}}  # tiers=1: the first unsure one
     assert all(R.verify(r["prompt"], r["target"])[0] == 1 for r in made.rows if r["source"] != "rl")
+
+
+def test_the_edge_of_a_long_reliable_range_is_found_in_a_few_probes():
+    from rmi_pipeline.ml.curriculum import first_unsolved
+
+    for edge in (1, 2, 5, 64, 65, 1000, 1001):
+        asked: list[int] = []
+        found = first_unsolved(lambda t, edge=edge, asked=asked: asked.append(t) or t < edge, 1, 1000)
+        assert found == edge and len(asked) <= 2 * 10 + 1, (edge, asked)

@@ -11,7 +11,7 @@ import torch
 from rmi_pipeline.ml.hygiene import is_mined_holdout
 from rmi_pipeline.ml.mix import EARLIER_PRACTICE, mix_sources, weigh
 from rmi_pipeline.ml.practice import retry_prompts
-from rmi_pipeline.ml.scoring import Scored, eval_tasks
+from rmi_pipeline.ml.scoring import Scored, eval_tasks, top_tier
 from rmi_pipeline.ml.seeding import turn_seed
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 
@@ -92,3 +92,21 @@ def test_a_checkpoint_rebuilds_the_same_model_and_never_unpickles_code():
     torch.save({"config": R.model_config(module), "state_dict": module.state_dict(), "x": Payload()}, buffer)
     with pytest.raises(pickle.UnpicklingError):
         R.load_checkpoint(buffer.getvalue())
+
+
+def test_grown_tiers_are_counted_slices_but_stay_out_of_the_anchor_mean_and_the_leak_pairs():
+    item = lambda p, a, t: {"prompt": p, "answer": a, "skill": "add", "tier": t}  # noqa: E731
+    tasks = eval_tasks({
+        "anchor": [item("1+1=", "2", 1), item("10+10=", "20", 2)],
+        "grown": [item("100+100=", "200", 3), item("1000+1000=", "2000", 4)],
+        "refreshed": [item("2+2=", "4", 1), item("300+300=", "600", 3), item("4000+4000=", "8000", 4)],
+    })
+    scored = Scored(tasks, [np.array([1, 1, 1, 0, 1, 1, 1.0]), np.array([1, 0, 0, 0, 1, 0, 0.0])])
+    slices = scored.slices()
+    assert list(slices) == ["add/1", "add/2", "add/3", "add/4"]
+    assert slices["add/3"].challenger.tolist() == [1, 1] and slices["add/4"].challenger.tolist() == [0, 1]
+    everything = {("add", t) for t in (1, 2, 3, 4)}
+    assert scored.anchor_mean(0, everything) == 1.0 and scored.anchor_mean(1, everything) == 0.5  # tiers 1-2 only
+    seen, unseen = scored.leak_pairs(everything)["anchor"]
+    assert len(seen.challenger) == 2 and len(unseen.challenger) == 1  # refreshed add/1; not the grown tiers
+    assert top_tier(slices, "add", 0, 0.9) == 3 and top_tier(slices, "add", 1, 0.9) == 1  # every tier up to it

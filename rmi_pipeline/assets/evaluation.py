@@ -43,7 +43,7 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
     import numpy as np
 
     from ..ml.gate import decide, markdown
-    from ..ml.scoring import Scored, eval_tasks
+    from ..ml.scoring import Scored, eval_tasks, top_tier
     from ..recipes.base import load_recipe
 
     recipe = load_recipe(settings.recipe)
@@ -74,11 +74,11 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
     # tier each model solves, which the grown tiers let climb past the anchor's.
     scores = {"challenger_anchor_mean": scored.anchor_mean(0, private)}
     scores |= {f"challenger_skill_{s}": scored.anchor_mean(0, private, s) for s in recipe.skills}
-    scores |= {f"challenger_top_tier_{s}": scored.top_tier(0, s, settings.saturation) for s in recipe.skills}
+    scores |= {f"challenger_top_tier_{s}": top_tier(slices, s, 0, settings.saturation) for s in recipe.skills}
     if champion:
         scores |= {"champion_anchor_mean": scored.anchor_mean(1, private)}
         scores |= {f"champion_skill_{s}": scored.anchor_mean(1, private, s) for s in recipe.skills}
-        scores |= {f"champion_top_tier_{s}": scored.top_tier(1, s, settings.saturation) for s in recipe.skills}
+        scores |= {f"champion_top_tier_{s}": top_tier(slices, s, 1, settings.saturation) for s in recipe.skills}
     report = {"challenger_version": challenger.version, "champion_version": champion.version if champion else None,
               "suite_version": manifest["version"], "grown_version": manifest.get("grown_version"),
               "refreshed_version": manifest["refreshed_version"],

@@ -21,7 +21,7 @@ def practice(context: AssetExecutionContext, settings: ResourceParam[Settings], 
              warehouse: Warehouse, registry: ModelRegistry) -> MaterializeResult:
     """Rows the champion makes for its successor (practice/v<champion>-<events>.parquet): harder problems it
     solved, RL groups scored by the verifier, answers it found with the coach's hints, and labels it backs up.
-    Only the sources with a share in RMI_MIX are made (all are on by default)."""
+    Only the sources with a share in RMI_MIX are made (all are off by default)."""
     import polars as pl
 
     from ..ml.practice import SOURCES, practise, retry_prompts

@@ -11,6 +11,26 @@ import random
 
 from .tasks import slice_name
 
+GROWTH_PER_CYCLE = 6  # tiers the eval suite may add per skill in one cycle
+
+
+def first_unsolved(solves, first: int, last: int) -> int:
+    """The first tier in first..last where `solves(tier)` is false (last + 1 if none), probed at doubling steps
+    and then by halving, as accuracy falls with the tier: a model that solves 80 tiers is asked at about a dozen,
+    not 80, of ever longer problems."""
+    known, step = first - 1, 1  # every tier up to `known` is taken as solved
+    while True:
+        probe = min(known + step, last)
+        if probe <= known:
+            return last + 1
+        if not solves(probe):
+            break
+        known, step = probe, step * 2
+    while probe - known > 1:
+        middle = (known + probe) // 2
+        known, probe = (middle, probe) if solves(middle) else (known, middle)
+    return probe
+
 
 def frontier(recipe, model, rng: random.Random, per_tier: int, saturation: float) -> tuple[dict, dict]:
     """({skill: practice tier}, {"skill/tier": accuracy}) for the tiers measured on the way up.
@@ -18,14 +38,12 @@ def frontier(recipe, model, rng: random.Random, per_tier: int, saturation: float
     There is no last tier but the recipe's hardest: a skill that saturates it practises it."""
     tiers, accuracy = {}, {}
     for skill in recipe.skills:
-        tiers[skill] = recipe.hardest_tier
-        for tier in range(recipe.tiers[0], recipe.hardest_tier + 1):
+        def solves(tier: int, skill: str = skill) -> bool:
             tasks = recipe.sample_tasks(rng, per_tier, [skill], [tier])
-            score = sum(recipe.correct(model, tasks)) / len(tasks)
-            accuracy[slice_name(skill, tier)] = score
-            if score < saturation:
-                tiers[skill] = tier
-                break
+            accuracy[slice_name(skill, tier)] = sum(recipe.correct(model, tasks)) / len(tasks)
+            return accuracy[slice_name(skill, tier)] >= saturation
+
+        tiers[skill] = min(first_unsolved(solves, recipe.tiers[0], recipe.hardest_tier), recipe.hardest_tier)
     return tiers, accuracy
 
 
@@ -34,7 +52,9 @@ def suite_growth(recipe, model, items: list[dict], saturation: float, lead: int,
     """(new eval tasks, {skill: tiers they add}, {"skill/tier": the model's score}): what keeps `lead` tiers in the
     suite past the highest the model solves (`saturation`). The suite's top `lead` tiers of each skill are scored
     on its own items, hardest first; when the model solves the top one, the next tiers are drawn and scored one at
-    a time while it solves them (a champion may climb many tiers in a cycle), up to the recipe's hardest."""
+    a time while it solves them (a champion may climb many tiers in a cycle), at most GROWTH_PER_CYCLE tiers past the
+    top and up to the recipe's hardest: a champion far past the suite is followed over several cycles, so the eval's
+    cost grows by a bounded step."""
     from .tasks import Task
 
     by_slice: dict[tuple[str, int], list[Task]] = {}
@@ -56,14 +76,14 @@ def suite_growth(recipe, model, items: list[dict], saturation: float, lead: int,
                        if by_slice.get((skill, t)) and solves(skill, t, by_slice[(skill, t)])), None)
         if solved is None:
             continue
-        drawn = top
-        while solved == drawn < recipe.hardest_tier:
+        drawn, ceiling = top, min(top + GROWTH_PER_CYCLE, recipe.hardest_tier)
+        while solved == drawn < ceiling:
             drawn += 1
             tasks = draw(skill, [drawn])
             new += tasks
             if solves(skill, drawn, tasks):
                 solved = drawn
-        last = min(solved + lead, recipe.hardest_tier)
+        last = min(solved + lead, ceiling)
         new += draw(skill, list(range(drawn + 1, last + 1)))
         if last > top:
             grow[skill] = list(range(top + 1, last + 1))

@@ -24,7 +24,7 @@ from .objective import adamw_warmup_cosine, batch_loss, trimmed
 @dataclass
 class GPTConfig:
     vocab_size: int
-    separators: list[int]  # tokens that end a segment of the prompt: places count from 0 in each segment
+    separators: list[int]  # tokens between the prompt's segments (an operator): places count from 0 in each
     answer_token: int  # from this token on, each token stands at the place of the token it predicts
     n_layer: int = 2
     n_head: int = 2

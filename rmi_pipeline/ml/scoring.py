@@ -62,15 +62,17 @@ class Scored:
                 for s, t in sorted(private & self._anchor_slices()) if skill in (None, s)]
         return float(np.mean([(k.challenger if model == 0 else k.champion).mean() for k in keep]))
 
-    def top_tier(self, model: int, skill: str, saturation: float) -> int:
-        """The highest tier up to which a model scores `saturation` on every slice of a skill (0: none)."""
-        slices, top = self.slices(), 0
-        for tier in sorted({task.tier for n, task in self.tasks if n in SEALED and task.skill == skill}):
-            paired = slices[slice_name(skill, tier)]
-            if (paired.challenger if model == 0 else paired.champion).mean() < saturation:
-                break
-            top = tier
-        return top
-
     def _anchor_slices(self) -> set[tuple[str, int]]:
         return {(task.skill, task.tier) for n, task in self.tasks if n == "anchor"}
+
+
+def top_tier(slices: dict[str, Paired], skill: str, model: int, saturation: float) -> int:
+    """The highest tier up to which a model (0 challenger, 1 champion) scores `saturation` on every slice of a skill
+    (0: none); `slices` as Scored.slices gives them."""
+    top = 0
+    for tier in sorted(int(name.split("/")[1]) for name in slices if name.split("/")[0] == skill):
+        paired = slices[slice_name(skill, tier)]
+        if (paired.challenger if model == 0 else paired.champion).mean() < saturation:
+            break
+        top = tier
+    return top

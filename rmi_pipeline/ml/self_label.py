@@ -1,7 +1,8 @@
 """Self-labelling: the model answers problems just past its reliable range, and keeps the answers it can back up.
 
 No ground truth is used. A tier is reliable while the model's greedy answer and its sampled votes agree on at
-least `saturation` of `probe` problems; labels come from the first tier that is not and the `tiers` - 1 past it.
+least `saturation` of `probe` problems (the edge found by doubling steps and halving, curriculum.first_unsolved);
+labels come from the first tier that is not and the `tiers` - 1 past it.
 Where the recipe gives checks (problems a right answer implies, like c - b = a for a + b = c), a label is the first
 of the greedy answer and the distinct votes that passes the format filter and whose checks the model answers as
 expected: votes alone keep a wrong answer the model is sure of (measured precision 0.66-0.83 one tier past the
@@ -14,6 +15,7 @@ import random
 from dataclasses import dataclass, field
 
 from ..settings import SelfLabelling
+from .curriculum import first_unsolved
 from .tasks import slice_name
 
 
@@ -32,14 +34,15 @@ def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: 
     saturation, tiers = options.saturation, options.tiers
     out = SelfLabels()
     for skill in recipe.skills:
-        for tier in range(recipe.tiers[0], recipe.hardest_tier + 1):
+        def reliable(tier: int, skill: str = skill) -> bool:
             *_, agreed = _answers(recipe, model, rng, skill, tier, probe, votes, temperature, seed)
             out.agreement[slice_name(skill, tier)] = sum(agreed) / len(agreed)
-            if out.agreement[slice_name(skill, tier)] < saturation:
-                out.tiers[skill] = tier
-                break
-        if skill not in out.tiers:
+            return out.agreement[slice_name(skill, tier)] >= saturation
+
+        edge = first_unsolved(reliable, recipe.tiers[0], recipe.hardest_tier)
+        if edge > recipe.hardest_tier:
             continue  # reliable at every tier: nothing past it to label
+        out.tiers[skill] = edge
         for tier in range(out.tiers[skill], min(out.tiers[skill] + tiers, recipe.hardest_tier + 1)):
             labels = _backed_up(recipe, model, *_answers(recipe, model, rng, skill, tier, per_tier, votes,
                                                           temperature, seed + 1))
