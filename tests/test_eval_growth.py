@@ -28,11 +28,14 @@ def test_a_champion_that_solves_the_top_tiers_makes_the_suite_seal_the_next_ones
     meta, manifest = suite()  # no champion yet: the curated tiers
     assert meta["tiers"] == "add 1-12, sub 1-12" and meta["grown_version"] == "none"
 
-    torch.manual_seed(0)
-    with registry.run("champion", tags={}) as run_id:
-        version = registry.register_model(run_id, recipe.checkpoint(recipe.build_model(0.0, 1)),
-                                          "knowing_recipe:KnowsUpTo", tags={}).version
-    registry.promote(version, {"promoted_by": "test"})
+    def promote() -> None:  # a new champion: the suite grows once per champion
+        torch.manual_seed(0)
+        with registry.run("champion", tags={}) as run_id:
+            version = registry.register_model(run_id, recipe.checkpoint(recipe.build_model(0.0, 1)),
+                                              "knowing_recipe:KnowsUpTo", tags={}).version
+        registry.promote(version, {"promoted_by": "test"})
+
+    promote()
     monkeypatch.setattr(KnowsUpTo, "knows", 8)  # greedy answers right up to 10 digits: 3 tiers past 10 belong in it
     meta, manifest = suite()
     assert meta["tiers"] == "add 1-13, sub 1-13" and meta["grown_version"] == "0001"
@@ -45,14 +48,17 @@ def test_a_champion_that_solves_the_top_tiers_makes_the_suite_seal_the_next_ones
     assert set(manifest["hashes"]) >= {recipe.prompt_hash(i["prompt"]) for i in first["items"]}  # sealed as any
 
     assert suite()[0]["grown_version"] == "0001"  # the same champion again: tier 13 is still 3 past its best
+    monkeypatch.setattr(KnowsUpTo, "knows", 11)
+    assert suite()[0]["grown_version"] == "0001"  # a champion grows the suite once, however often the suite runs
 
-    monkeypatch.setattr(KnowsUpTo, "knows", 11)  # now it solves the top tier, 13: three more
+    promote()  # a new champion that solves the top tier, 13: three more
     meta, manifest = suite()
     assert meta["tiers"] == "add 1-16, sub 1-16" and meta["grown_version"] == "0002"
     second = eval_store.read_json(layout.grown("0002"))
     assert second["grew_from"] == "0001" and second["items"][:len(first["items"])] == first["items"]
     assert eval_store.read_json(layout.grown("0001")) == first  # an old version stays as it was, readable
     monkeypatch.setattr(KnowsUpTo, "knows", 18)  # a champion that climbed far in one cycle: right up to 20 digits
+    promote()
     meta = suite()[0]  # the next tiers are tried one at a time while it solves them, at most 6 a cycle
     assert meta["tiers"] == "add 1-22, sub 1-22" and meta["champion add/20"] == 1.0 > meta["champion add/21"]
     anchor_tiers = {i["tier"] for i in eval_store.read_json(layout.ANCHOR)["items"]}

@@ -62,11 +62,12 @@ def _grow(recipe, settings: Settings, eval_store: ObjectStore, registry: ModelRe
           grown: dict) -> tuple[dict, dict, dict]:
     """(grown set, {skill: tiers sealed now}, {"skill/tier": champion's score}): when the champion solves one of the
     suite's top RMI_EVAL_LEAD tiers of a skill, the next tiers are sealed into a new version of the grown set, as
-    many as keep RMI_EVAL_LEAD of them past the highest it solves."""
+    many as keep RMI_EVAL_LEAD of them past the highest it solves; a champion grows the suite once."""
     from ..ml.curriculum import suite_growth
 
     champion = registry.version(CHAMPION)
-    if champion is None:
+    # once per champion: eval_suite runs in every cycle and health check, and each run would seal more tiers
+    if champion is None or grown.get("champion_version") == str(champion.version):
         return grown, {}, {}
     version = f"{len(eval_store.list(layout.GROWN)) + 1:04d}"
     new, added, scores = suite_growth(recipe, registry.load(champion.version, recipe), suite, settings.saturation,
