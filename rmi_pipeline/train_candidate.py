@@ -114,11 +114,8 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     if not result.is_global_zero:
         return None
     _write(extras["checkpoint_uri"], recipe.checkpoint(module), storage)
-    # a row is drawn by its weight and trained up to its last answer token (batches are cut to their longest)
-    length = mask.shape[1] - mask.flip(1).float().argmax(1)
-    mean_length = float((weights * length).sum() / weights.sum())
     return {
-        "tokens_trained": round(result.steps * extras["batch_size"] * result.world_size * mean_length),
+        "tokens_trained": result.tokens,
         "final_loss": result.final_loss, "steps_done": result.steps, "train_seconds": result.seconds,
         "steps_per_second": result.steps / max(result.seconds, 1e-9), "stopped_by_time": result.stopped_by_time,
         "world_size": result.world_size, "parameters": sum(p.numel() for p in module.parameters()),

@@ -72,9 +72,11 @@ def check_model(recipe: Recipe, module, tmp: Path) -> None:
 
     tokens, mask = recipe.encode(module, [t.prompt for t in tasks], [t.answer for t in tasks])
     losses = []
-    fit(module, tokens, mask, max_steps=30, max_seconds=120, batch_size=16,
-        report=lambda step, total, loss: losses.append(loss))
+    result = fit(module, tokens, mask, max_steps=30, max_seconds=120, batch_size=16,
+                 report=lambda step, total, loss: losses.append(loss))
     assert losses[-1] < losses[0], "training on the seed set lowers the loss"
+    last_answer = mask.shape[1] - mask.flip(1).float().argmax(1)  # rows count up to their last answer token
+    assert result.tokens == round(result.steps * 16 * float(last_answer.double().mean())), "tokens trained"
 
     data = recipe.checkpoint(module)
     assert isinstance(data, bytes)

@@ -54,10 +54,6 @@ def load_sets(eval_store: ObjectStore, manifest: dict) -> dict[str, list[dict]]:
             "mined": read_set(eval_store, layout.mined(manifest["mined_version"]))["items"]}
 
 
-def _items(tasks) -> list[dict]:
-    return [{"prompt": t.prompt, "answer": t.answer, "skill": t.skill, "tier": t.tier} for t in tasks]
-
-
 def _grow(recipe, settings: Settings, eval_store: ObjectStore, registry: ModelRegistry, suite: list[dict],
           grown: dict) -> tuple[dict, dict, dict]:
     """(grown set, {skill: tiers sealed now}, {"skill/tier": champion's score}): when the champion solves one of the
@@ -75,7 +71,7 @@ def _grow(recipe, settings: Settings, eval_store: ObjectStore, registry: ModelRe
                                       settings.eval_items_per_slice)
     if added:
         grown = {"version": version, "grew_from": grown["version"], "champion_version": str(champion.version),
-                 "added": added, "items": grown["items"] + _items(new)}
+                 "added": added, "items": grown["items"] + [vars(t) for t in new]}
         eval_store.write_json(layout.grown(version), grown)
     return grown, added, scores
 
@@ -100,8 +96,8 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
     # the n-th refresh of a seed is drawn the same way every time, so the same seed gives the same loop
     drawn = len(eval_store.list(layout.REFRESHED))
     stamp = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{drawn}"
-    refreshed = _items(recipe.build_eval_suite(random.Random(f"refresh-{settings.seed}-{drawn}"),
-                                               settings.refreshed_items_per_slice, tiers))
+    refreshed = [vars(t) for t in recipe.build_eval_suite(random.Random(f"refresh-{settings.seed}-{drawn}"),
+                                                          settings.refreshed_items_per_slice, tiers)]
     eval_store.write_json(layout.refreshed(stamp), {"version": stamp, "items": refreshed})
 
     hard = warehouse.query("SELECT prompt, correction FROM feedback_events WHERE rating = 'down' AND "

@@ -55,12 +55,12 @@ def suite_growth(recipe, model, items: list[dict], saturation: float, lead: int,
     a time while it solves them (a champion may climb many tiers in a cycle), at most GROWTH_PER_CYCLE tiers past the
     top and up to the recipe's hardest: a champion far past the suite is followed over several cycles, so the eval's
     cost grows by a bounded step."""
+    from .scoring import eval_tasks
     from .tasks import Task
 
     by_slice: dict[tuple[str, int], list[Task]] = {}
-    for item in items:
-        by_slice.setdefault((item["skill"], int(item["tier"])), []).append(
-            Task(item["prompt"], item["answer"], item["skill"], int(item["tier"])))
+    for _, task in eval_tasks({"suite": items}):
+        by_slice.setdefault((task.skill, task.tier), []).append(task)
     new, grow, scores = [], {}, {}
 
     def solves(skill: str, tier: int, tasks: list[Task]) -> bool:

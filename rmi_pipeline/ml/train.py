@@ -38,6 +38,7 @@ class FitResult:
     world_size: int = 1
     source_loss: dict[int, float] = field(default_factory=dict)  # mean loss per row source over the whole fit
     is_global_zero: bool = True  # the one process that may write checkpoints and report
+    tokens: int = 0  # rows of every step (all processes) times their mean length up to the last answer token
 
 
 class _Progress(L.Callback):
@@ -167,6 +168,7 @@ def fit(
     started = time.perf_counter()
     trainer.fit(module, datamodule=rows)
     steps = trainer.global_step
+    mean_length = float((weights * lengths).sum() / weights.sum())  # rows are drawn by weight
     return FitResult(
         steps=steps,
         seconds=time.perf_counter() - started,
@@ -174,5 +176,6 @@ def fit(
         stopped_by_time=steps < max_steps,
         world_size=trainer.world_size,
         is_global_zero=trainer.is_global_zero,
+        tokens=round(steps * batch_size * mean_length),
         source_loss={i: float(progress.source_sums[i] / n) for i, n in enumerate(progress.source_rows.tolist()) if n},
     )
