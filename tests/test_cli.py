@@ -32,13 +32,52 @@ def test_the_console_script_is_installed():
     assert rmi.returncode == 0 and "run" in rmi.stdout and "status" in rmi.stdout
 
 
-def test_a_fresh_home_forgets_the_old_gateway_log_and_keeps_what_the_loop_did_not_write(rmi_env):
-    """Events left in a gateway's log belong to the old store: `--fresh` must not flush them into the new one."""
+def test_a_fresh_home_forgets_the_old_gateway_log_and_grown_tiers_and_keeps_what_the_loop_did_not_write(rmi_env):
+    """Events left in a gateway's log belong to the old store: `--fresh` must not flush them into the new one; tiers
+    the old champions grew would face the new first model with problems far past its reach."""
     from rmi_pipeline.cli.home import prepare_home
+    from rmi_pipeline.resources import layout
+    from rmi_pipeline.resources.storage import ObjectStore
 
     home = rmi_env.resolved_home
     (home / "serve").mkdir(parents=True)
     rmi_env.serving.log_path.write_bytes(b"old events")
     (home / "notes.txt").write_text("mine")
+    evals = ObjectStore(url=rmi_env.resolved_eval_url)
+    for key in (layout.ANCHOR, layout.grown("0001"), layout.refreshed("r"), layout.mined("m")):
+        evals.write_json(key, {"items": []})
     prepare_home(rmi_env, fresh=True)
     assert not rmi_env.serving.log_path.exists() and (home / "notes.txt").read_text() == "mine"
+    assert evals.exists(layout.ANCHOR), "the curators' suite is theirs"
+    assert not any(evals.list(prefix) for prefix in (layout.GROWN, layout.REFRESHED, layout.MINED))
+
+
+def test_ctrl_c_during_a_cycle_stops_rmi_run_and_moves_no_champion(rmi_env):
+    """Dagster turns the interrupt into a failed run; the loop must stop there rather than start the next cycle."""
+    import os
+    import signal
+    import time
+
+    from rmi_pipeline.resources import build_resources
+
+    log = rmi_env.resolved_home.parent / "run.log"
+    # a quick first model any score promotes, then a candidate still training when the interrupt comes
+    env = {**os.environ, "RMI_BOOTSTRAP_STEPS": "50", "RMI_GATE_FIRST_FLOOR": "0", "RMI_TRAIN_STEPS": "100000",
+           "RMI_SIM_QUERIES_PER_CYCLE": "200"}
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "rmi"), "run", "--cycles", "3", "--fresh"],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while "[cycle 1] improvement cycle" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        time.sleep(5)
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) != 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    out = log.read_text()
+    assert "[cycle 1] interrupted: no more cycles" in out and "[cycle 2]" not in out, out
+    assert str(build_resources(rmi_env)["registry"].version("champion").version) == "1"

@@ -6,11 +6,15 @@ import os
 import shutil
 from pathlib import Path
 
+from ..resources import layout
 from ..settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # a checkout's root, where dagster.yaml and workspace.yaml are
 STATE = ("store", "dagster", "mlartifacts", "mlflow.db", "warehouse.duckdb", "learning_curve.png",
          "run_summary.json", "serve", "serve.log")  # serve/: the gateway's log, whose events belong to the old store
+# the eval sets the loop wrote (the curators' anchor stays): tiers an earlier run's champions grew would make a
+# fresh loop's first model answer them all
+EVAL_STATE = (layout.GROWN, layout.REFRESHED, layout.MINED)
 
 
 def prepare_home(settings: Settings, fresh: bool = False) -> Path:
@@ -22,8 +26,10 @@ def prepare_home(settings: Settings, fresh: bool = False) -> Path:
         if not template.is_file():
             raise FileNotFoundError(f"RMI_DAGSTER_YAML={template} is not a file")
     if fresh:
-        for name in STATE:
-            target = home / name
+        targets = [home / name for name in STATE]
+        if settings.eval_url is None:  # the eval store in RMI_HOME; one set elsewhere is not only this loop's
+            targets += [home / "evals" / name for name in EVAL_STATE]
+        for target in targets:
             shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
     settings.dagster_home.mkdir(parents=True, exist_ok=True)
     config = settings.dagster_home / "dagster.yaml"

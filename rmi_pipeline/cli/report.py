@@ -35,6 +35,7 @@ class CycleRecord:
     suite_tiers: str = ""  # the tiers the eval suite held this cycle ("add 1-9, sub 1-8")
     seconds: dict = field(default_factory=dict)
     run_id: str | None = None
+    interrupted: bool = False  # Ctrl-C or SIGTERM reached the run: Dagster failed it and `rmi run` stops
 
     def read_cycle_run(self, result, instance) -> None:
         """Fill in from the improvement_cycle run: materialization metadata and step timings."""
@@ -43,8 +44,10 @@ class CycleRecord:
         for event in result.get_asset_materialization_events():
             meta[event.asset_key.to_user_string()] = {k: v.value for k, v in
                                                       event.materialization.metadata.items()}
-        failures = [e.event_specific_data.error.message.strip() for e in result.all_events
-                    if e.event_type_value == "STEP_FAILURE" and e.event_specific_data.error]
+        errors = [e.event_specific_data.error for e in result.all_events
+                  if e.event_type_value == "STEP_FAILURE" and e.event_specific_data.error]
+        failures = [error.message.strip() for error in errors]
+        self.interrupted = any(error.cls_name == "DagsterExecutionInterruptedError" for error in errors)
         ds = meta.get(training_dataset.key.to_user_string(), {})
         ev = meta.get(candidate_evaluation.key.to_user_string(), {})
         self.dataset_rows = ds.get("rows")

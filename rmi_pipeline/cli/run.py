@@ -83,6 +83,9 @@ def _cycles(cycles: int, defs, instance, world) -> list:
             what = f"the champion had moved to v{after.version} before it did" if moved else "the champion did not move"
             say(f"[cycle {cycle}] the cycle run failed; {what}. See `make ui`, run {result.run_id}.")
         records.append(record)
+        if record.interrupted:  # Dagster turns Ctrl-C (or SIGTERM) into a failed run: the loop stops there too
+            say(f"[cycle {cycle}] interrupted: no more cycles")
+            break
         if cycle == 0 and world.registry.version(CHAMPION) is None:
             if not result.success:
                 break  # said above: the run failed, not the first model
