@@ -32,12 +32,14 @@ def test_the_console_script_is_installed():
     assert rmi.returncode == 0 and "run" in rmi.stdout and "status" in rmi.stdout
 
 
-def test_a_fresh_home_forgets_the_old_gateway_log_and_grown_tiers_and_keeps_what_the_loop_did_not_write(rmi_env):
+def test_a_fresh_home_forgets_the_old_gateway_log_and_eval_sets_and_keeps_what_the_loop_did_not_write(rmi_env):
     """Events left in a gateway's log belong to the old store: `--fresh` must not flush them into the new one; tiers
     the old champions grew would face the new first model with problems far past its reach."""
     from rmi_pipeline.cli.home import prepare_home
     from rmi_pipeline.resources import layout
+    from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
     from rmi_pipeline.resources.storage import ObjectStore
+    from rmi_pipeline.world.curators import curate_eval_suite
 
     home = rmi_env.resolved_home
     (home / "serve").mkdir(parents=True)
@@ -48,8 +50,12 @@ def test_a_fresh_home_forgets_the_old_gateway_log_and_grown_tiers_and_keeps_what
         evals.write_json(key, {"items": []})
     prepare_home(rmi_env, fresh=True)
     assert not rmi_env.serving.log_path.exists() and (home / "notes.txt").read_text() == "mine"
-    assert evals.exists(layout.ANCHOR), "the curators' suite is theirs"
+    assert evals.exists(layout.ANCHOR), "a suite people curated is theirs"
     assert not any(evals.list(prefix) for prefix in (layout.GROWN, layout.REFRESHED, layout.MINED))
+    # the simulated world's suite is the loop's own: an older one may hold other tiers, or another seed's problems
+    curate_eval_suite(evals, ArithmeticRecipe(), 5, seed=1)
+    prepare_home(rmi_env, fresh=True)
+    assert not evals.exists(layout.ANCHOR)
 
 
 def test_ctrl_c_during_a_cycle_stops_rmi_run_and_moves_no_champion(rmi_env):

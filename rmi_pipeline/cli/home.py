@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -12,8 +13,7 @@ from ..settings import Settings
 REPO_ROOT = Path(__file__).resolve().parents[2]  # a checkout's root, where dagster.yaml and workspace.yaml are
 STATE = ("store", "dagster", "mlartifacts", "mlflow.db", "warehouse.duckdb", "learning_curve.png",
          "run_summary.json", "serve", "serve.log")  # serve/: the gateway's log, whose events belong to the old store
-# the eval sets the loop wrote (the curators' anchor stays): tiers an earlier run's champions grew would make a
-# fresh loop's first model answer them all
+# the eval sets the loop wrote: tiers an earlier run's champions grew would face a fresh loop's first model
 EVAL_STATE = (layout.GROWN, layout.REFRESHED, layout.MINED)
 
 
@@ -28,7 +28,7 @@ def prepare_home(settings: Settings, fresh: bool = False) -> Path:
     if fresh:
         targets = [home / name for name in STATE]
         if settings.eval_url is None:  # the eval store in RMI_HOME; one set elsewhere is not only this loop's
-            targets += [home / "evals" / name for name in EVAL_STATE]
+            targets += [home / "evals" / name for name in EVAL_STATE] + _simulated_anchor(home / "evals")
         for target in targets:
             shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
     settings.dagster_home.mkdir(parents=True, exist_ok=True)
@@ -69,3 +69,15 @@ def _create_instance_once(dagster_home: Path) -> None:
 
 def say(message: str) -> None:
     print(message, flush=True)
+
+
+def _simulated_anchor(evals: Path) -> list[Path]:
+    """The anchor suite, when the simulated world's curators wrote it (an older code's or seed's tiers otherwise
+    stay); a suite people curated is theirs."""
+    from ..world.curators import SIMULATED
+
+    anchor = evals / layout.ANCHOR
+    try:
+        return [anchor] if json.loads(anchor.read_text()).get("curated_by") == SIMULATED else []
+    except (OSError, ValueError):
+        return []
