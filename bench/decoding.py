@@ -1,11 +1,12 @@
 """Answers per second of the loop's decoding (keys and values cached) against recomputing every step, same run.
 
-    python bench/decoding.py [--problems 20000] [--tier 8]
+    python bench/decoding.py [--problems 20000] [--tier 8] [--ways recomputed,concatenated,cached]
 
 Practice, RL, the coach, self-labelling, the evals and the simulated users all answer through
-`ml.decoding.decode`; a cycle of the full method decodes a few hundred thousand answers. Both ways run on the same
+`ml.decoding.decode`; a cycle of the full method decodes a few hundred thousand answers. The ways run on the same
 model and prompts (greedy and sampled), problems of one tier (prompts of one width decode together), and the
-answers must come out identical.
+answers must come out identical. "concatenated" is the cache appended to by concatenation (copied whole at every
+token), the loop's before its buffers doubled when full.
 """
 
 import argparse
@@ -29,7 +30,16 @@ def recomputed(net, prompts, new_tokens, temperature, generator, batch_size=2048
     return torch.cat(out)
 
 
+def concatenated(cache, k, v):
+    """The cache of keys and values grown by concatenation, as ml.gpt kept it before."""
+    if cache:
+        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+    cache[:] = [k, v, k.shape[2]]
+    return k, v
+
+
 def main() -> None:
+    from rmi_pipeline.ml import gpt
     from rmi_pipeline.ml.decoding import decode
     from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
     from rmi_pipeline.recipes.arithmetic import tokens as tok
@@ -39,7 +49,10 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=20000)
     parser.add_argument("--size", default="tiny")
     parser.add_argument("--tier", type=int, default=8)
+    parser.add_argument("--ways", default="recomputed,concatenated,cached",
+                        help="the first is the baseline (recomputing is slow past about 30 digits)")
     args = parser.parse_args()
+    kept = gpt._kept
     recipe = ArithmeticRecipe()
     torch.manual_seed(0)
     net = recipe.build_model(3e-3, 10, args.size).model.eval()
@@ -49,15 +62,18 @@ def main() -> None:
     for temperature in (0.0, 0.7):
         seconds, answers = {}, {}
         with torch.no_grad():
-            for name, run in (("recomputed", recomputed), ("cached", decode)):
+            for name in args.ways.split(","):
+                run = recomputed if name == "recomputed" else decode
+                gpt._kept = concatenated if name == "concatenated" else kept
                 started = time.perf_counter()
                 answers[name] = run(net, prompts, args.tier + 1, temperature=temperature,
                                     generator=torch.Generator().manual_seed(1))
                 seconds[name] = time.perf_counter() - started
-        same = torch.equal(answers["recomputed"], answers["cached"])
-        print(f"temperature {temperature}: recomputed {args.problems / seconds['recomputed']:,.0f} answers/s, "
-              f"cached {args.problems / seconds['cached']:,.0f} answers/s, "
-              f"{seconds['recomputed'] / seconds['cached']:.1f}x; identical answers: {same}")
+        baseline = next(iter(seconds))
+        same = all(torch.equal(answers[baseline], a) for a in answers.values())
+        print(f"temperature {temperature}: " + ", ".join(
+            f"{name} {args.problems / s:,.0f} answers/s ({seconds[baseline] / s:.1f}x)"
+            for name, s in seconds.items()) + f"; identical answers: {same}")
 
 
 if __name__ == "__main__":

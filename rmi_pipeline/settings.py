@@ -151,7 +151,8 @@ class Settings(BaseSettings):
     saturation: float = Field(default=0.9, description="Accuracy at which a tier counts as solved: practice and "
                               "self-labelling move one tier past it.")
     practice_problems: int = Field(default=1000, description="Generated practice problems per skill and cycle, "
-                                   "from the first tier not yet solved up (they are also RL's and the coach's): "
+                                   "from the first tier not yet solved up (they are also RL's and the coach's; "
+                                   "past tier 10, ml.curriculum.FULL_COUNT_TIER, fewer in proportion): "
                                    "where the champion is rarely right, few become rows, and 300 left the "
                                    "top tier short.")
     practice_tiers: int = Field(default=2, ge=1, description="Tiers practised and self-labelled per skill: "
@@ -165,7 +166,8 @@ class Settings(BaseSettings):
         "'tokens' pulls the unhinted model's next-token distributions on that answer toward the hinted model's "
         "(KL; only for recipes whose hints are words). Unset: the recipe's choice."))
     self_label_problems: int = Field(default=1000, description="Problems per skill and tier the champion labels "
-                                     "past its reliable range (100 per tier find that edge): its checks keep a fifth "
+                                     "past its reliable range (100 per tier find that edge; fewer past tier 10, "
+                                     "as for practice): its checks keep a fifth "
                                      "to two fifths of them one tier past it, fewer further out. A mix where "
                                      "self-labels are a large share wants more (self-labelling alone: 8000).")
     self_label_votes: int = Field(default=4, description="Sampled answers per problem besides the greedy one: the "

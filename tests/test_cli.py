@@ -36,8 +36,8 @@ def test_a_fresh_home_forgets_the_old_gateway_log_and_eval_sets_and_keeps_what_t
     """Events left in a gateway's log belong to the old store: `--fresh` must not flush them into the new one; tiers
     the old champions grew would face the new first model with problems far past its reach."""
     from rmi_pipeline.cli.home import prepare_home
-    from rmi_pipeline.resources import layout
     from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
+    from rmi_pipeline.resources import build_resources, layout
     from rmi_pipeline.resources.storage import ObjectStore
     from rmi_pipeline.world.curators import curate_eval_suite
 
@@ -45,11 +45,14 @@ def test_a_fresh_home_forgets_the_old_gateway_log_and_eval_sets_and_keeps_what_t
     (home / "serve").mkdir(parents=True)
     rmi_env.serving.log_path.write_bytes(b"old events")
     (home / "notes.txt").write_text("mine")
+    build_resources(rmi_env)["notifier"].notify("promotion", "champion none -> v1", key="promoted-1")
     evals = ObjectStore(url=rmi_env.resolved_eval_url)
     for key in (layout.ANCHOR, layout.grown("0001"), layout.refreshed("r"), layout.mined("m")):
         evals.write_json(key, {"items": []})
     prepare_home(rmi_env, fresh=True)
     assert not rmi_env.serving.log_path.exists() and (home / "notes.txt").read_text() == "mine"
+    assert build_resources(rmi_env)["notifier"].notify("promotion", "champion none -> v1", key="promoted-1"), \
+        "the new run's first promotion is raised again"
     assert evals.exists(layout.ANCHOR), "a suite people curated is theirs"
     assert not any(evals.list(prefix) for prefix in (layout.GROWN, layout.REFRESHED, layout.MINED))
     # the simulated world's suite is the loop's own: an older one may hold other tiers, or another seed's problems

@@ -57,7 +57,8 @@ def test_a_critique_without_a_usable_hint_gives_no_second_attempt():
 
 def test_rl_rewards_answers_against_their_group_and_drops_groups_that_all_score_alike():
     model = Scripted({0: {"7": 1.0, "8": 1.0}})  # a coin flip between 7 and 8
-    out = rollouts(R, model, ["3+5=", "0+0="], Sampling(samples=16, temperature=1.0), seed=1)
+    prompts = ["3+5=", "0+0="]
+    out = rollouts(R, prompts, R.sample(model, prompts, 16, 1.0, seed=1))
     assert out.informative_groups == 1 and {r["prompt"] for r in out.rows} == {"3+5="}  # 0+0 is never 7 or 8
     right = [r["scale"] for r in out.rows if r["target"] == "8"]
     wrong = [r["scale"] for r in out.rows if r["target"] == "7"]

@@ -11,8 +11,10 @@ from ..resources import layout
 from ..settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # a checkout's root, where dagster.yaml and workspace.yaml are
+# serve/: the gateway's log, whose events belong to the old store; alerts_sent.json: alerts an old run raised,
+# whose keys (champion v1, v2, ...) the new run's alerts would repeat and so never be sent
 STATE = ("store", "dagster", "mlartifacts", "mlflow.db", "warehouse.duckdb", "learning_curve.png",
-         "run_summary.json", "serve", "serve.log")  # serve/: the gateway's log, whose events belong to the old store
+         "run_summary.json", "serve", "serve.log", "alerts_sent.json")
 # the eval sets the loop wrote: tiers an earlier run's champions grew would face a fresh loop's first model
 EVAL_STATE = (layout.GROWN, layout.REFRESHED, layout.MINED)
 

@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 
 from ..settings import Practice, Sampling, SelfLabelling
-from .curriculum import frontier
+from .curriculum import frontier, problems_at
 from .hygiene import is_mined_holdout
 
 SOURCES = ("practice", "rl", "hint_distill", "self_label")  # the training mix's sources made here
@@ -47,19 +47,23 @@ def practise(recipe, model, mix: dict[str, float], failed: list[str], rng: rando
         tiers, accuracy = frontier(recipe, model, rng, FRONTIER_PROBLEMS, practice.saturation)
         span = {skill: list(range(tier, min(tier + practice.tiers, recipe.hardest_tier + 1)))
                 for skill, tier in tiers.items()}
-        problems = [t.prompt for skill in recipe.skills
-                    for t in recipe.sample_tasks(rng, practice.problems, [skill], span[skill])]
+        problems = [t.prompt for skill in recipe.skills for t in recipe.sample_tasks(
+            rng, problems_at(practice.problems, span[skill][-1]), [skill], span[skill])]
         out.meta |= {f"frontier {s}": t for s, t in tiers.items()}
         out.meta |= {f"accuracy {s}": round(a, 3) for s, a in accuracy.items()}
+        out.meta["practice_problems"] = len(problems)
+    # practice and RL learn from the same sampled attempts: sampled once
+    attempts = (recipe.sample(model, problems, sampling.samples, sampling.temperature, seed)
+                if mix["practice"] or mix["rl"] else [])
     if mix["practice"]:  # harder tasks: keep the first sampled answer the verifier accepts
-        groups = recipe.sample(model, problems, sampling.samples, sampling.temperature, seed)
-        for prompt, group in zip(problems, groups, strict=True):
+        for prompt, group in zip(problems, attempts, strict=True):
             right = next((a for a in group if recipe.verify(prompt, a)[0] == 1), None)
             if right is not None:
                 out.rows.append({"prompt": prompt, "target": right, "source": "practice"})
         out.meta["practice_solved"] = len(out.rows)
     if mix["rl"]:
-        ro = rollouts(recipe, model, failed + problems, sampling, seed + 1)
+        groups = recipe.sample(model, failed, sampling.samples, sampling.temperature, seed + 1) + attempts
+        ro = rollouts(recipe, failed + problems, groups)
         out.rows += [{**r, "source": "rl"} for r in ro.rows]
         out.meta |= {"rl_prompts": ro.prompts, "rl_informative_groups": ro.informative_groups,
                      "rl_solved_share": round(ro.solved_share, 4)}

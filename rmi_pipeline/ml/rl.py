@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..settings import Sampling
-
 
 @dataclass
 class Rollouts:
@@ -32,13 +30,13 @@ class Rollouts:
     informative_groups: int = 0
 
 
-def rollouts(recipe, model, prompts: list[str], sampling: Sampling, seed: int) -> Rollouts:
-    k = sampling.samples
+def rollouts(recipe, prompts: list[str], groups: list[list[str]]) -> Rollouts:
+    """RL rows from a group of sampled answers per prompt (recipe.sample), each rewarded by the verifier."""
     out = Rollouts(prompts=len(prompts))
     if not prompts:
         return out
-    solved = 0
-    for prompt, group in zip(prompts, recipe.sample(model, prompts, k, sampling.temperature, seed), strict=True):
+    solved, k = 0, len(groups[0])
+    for prompt, group in zip(prompts, groups, strict=True):
         rewards = [recipe.verify(prompt, answer)[0] for answer in group]
         solved += sum(r == 1 for r in rewards)
         mean = sum(rewards) / k

@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass, field
 
 from ..settings import SelfLabelling
-from .curriculum import first_unsolved
+from .curriculum import first_unsolved, problems_at
 from .tasks import slice_name
 
 
@@ -28,8 +28,8 @@ class SelfLabels:
 
 
 def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: int, probe: int = 100) -> SelfLabels:
-    """`probe` problems per tier find the edge of the reliable range; `options.problems` are labelled at each of
-    `options.tiers` tiers from it."""
+    """`probe` problems per tier find the edge of the reliable range; `options.problems` (fewer past
+    curriculum.FULL_COUNT_TIER) are labelled at each of `options.tiers` tiers from it."""
     per_tier, votes, temperature = options.problems, options.votes, options.temperature
     saturation, tiers = options.saturation, options.tiers
     out = SelfLabels()
@@ -44,8 +44,8 @@ def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: 
             continue  # reliable at every tier: nothing past it to label
         out.tiers[skill] = edge
         for tier in range(out.tiers[skill], min(out.tiers[skill] + tiers, recipe.hardest_tier + 1)):
-            labels = _backed_up(recipe, model, *_answers(recipe, model, rng, skill, tier, per_tier, votes,
-                                                          temperature, seed + 1))
+            labels = _backed_up(recipe, model, *_answers(recipe, model, rng, skill, tier, problems_at(per_tier, tier),
+                                                          votes, temperature, seed + 1))
             out.kept[slice_name(skill, tier)] = len(labels)
             out.rows += labels
     return out
