@@ -130,7 +130,8 @@ class Settings(BaseSettings):
     train_max_seconds: float = Field(default=150.0, description="Wall-clock cap per candidate, shared CPUs.")
     bootstrap_max_seconds: float = Field(default=600.0, description="Wall-clock cap of the first model: without "
                                          "it nothing can serve, so it may take longer.")
-    batch_size: int = Field(default=64, description="Training rows per step.")
+    batch_size: int = Field(default=64, description="Training rows per step, of up to 64 tokens; a step of "
+                            "longer rows holds fewer, as many tokens in all (ml/train.py: ROW_TOKENS).")
     learning_rate: float = Field(default=3e-3, description="Peak AdamW rate (warmup, then cosine to a tenth).")
     accelerator: str = Field(default="auto", description="Lightning accelerator: auto, cpu, gpu.")
     devices: str = Field(default="1", description="Lightning devices: a count, a list like '0,1', or 'auto'.")

@@ -76,7 +76,8 @@ def check_model(recipe: Recipe, module, tmp: Path) -> None:
                  report=lambda step, total, loss: losses.append(loss))
     assert losses[-1] < losses[0], "training on the seed set lowers the loss"
     last_answer = mask.shape[1] - mask.flip(1).float().argmax(1)  # rows count up to their last answer token
-    assert result.tokens == round(result.steps * 16 * float(last_answer.double().mean())), "tokens trained"
+    expected = result.steps * 16 * float(last_answer.double().mean())  # rows are drawn alike: their mean length
+    assert abs(result.tokens - expected) < 0.05 * expected, f"tokens trained: {result.tokens} vs about {expected:.0f}"
 
     data = recipe.checkpoint(module)
     assert isinstance(data, bytes)

@@ -110,3 +110,30 @@ def test_grown_tiers_are_counted_slices_but_stay_out_of_the_anchor_mean_and_the_
     seen, unseen = scored.leak_pairs(everything)["anchor"]
     assert len(seen.challenger) == 2 and len(unseen.challenger) == 1  # refreshed add/1; not the grown tiers
     assert top_tier(slices, "add", 0, 0.9) == 3 and top_tier(slices, "add", 1, 0.9) == 1  # every tier up to it
+
+
+def test_a_step_holds_a_full_batch_of_short_rows_and_fewer_long_ones_within_the_same_tokens():
+    """A curriculum that reached 187-digit sums made every batch of them cost 20 feedback batches: a step's rows
+    are bounded by tokens, so its cost stays flat however far the frontier climbed."""
+    from rmi_pipeline.ml.train import BUCKET_TOKENS, ROW_TOKENS, _LengthBatches, rank_sampler
+
+    lengths = torch.tensor([12] * 900 + [570] * 100)  # users' questions, and long practice sums
+    sampler = _LengthBatches(torch.ones(1000), lengths, steps=200, batch=64, seed=0, rank=0)
+    batches = list(sampler)
+    assert len(batches) == 200 == len(sampler)
+    padded = [len(b) * BUCKET_TOKENS * int(max((lengths[b] - 1) // BUCKET_TOKENS) + 1) for b in batches]
+    assert max(padded) <= 64 * ROW_TOKENS
+    is_long = [bool(max(lengths[b]) == 570) for b in batches]
+    short = [b for b, lg in zip(batches, is_long, strict=True) if not lg]
+    long = [b for b, lg in zip(batches, is_long, strict=True) if lg]
+    # 64 short rows a step, 7 long ones (570 tokens: 18 buckets); only a pool's last of each kind may hold fewer
+    full = [64 * ROW_TOKENS // 576 if lg else 64 for lg in is_long]
+    assert short and long and all(len(b) == n or i + 1 == len(batches) or is_long[i + 1] != is_long[i]
+                                  for i, (b, n) in enumerate(zip(batches, full, strict=True)))
+    assert full[is_long.index(True)] == 7
+    drawn_long = sum(int((lengths[b] == 570).sum()) for b in batches) / sum(len(b) for b in batches)
+    assert 0.05 < drawn_long < 0.15, "rows are still drawn by weight: about a tenth are long"
+    # rows of one bucket, no longer than ROW_TOKENS, train exactly as before the bound: full batches as drawn
+    drawn = list(rank_sampler(torch.ones(900), 20 * 64, 0, 0))
+    assert list(_LengthBatches(torch.ones(900), lengths[:900], 20, 64, 0, 0)) == [
+        drawn[i:i + 64] for i in range(0, len(drawn), 64)]

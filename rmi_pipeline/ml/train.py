@@ -7,7 +7,10 @@ Rows are drawn a pool of batches at a time and grouped within the pool by length
 batch (cut to its longest row) computes little padding: which rows train is unchanged, only which share a step.
 Rows of a growing curriculum differ a lot in length (a 60-digit practice sum has 186 tokens, a feedback row 12-30),
 and one long row made its whole batch that long. Rows of one bucket keep the order they were drawn in: sorting by
-exact length made batches of one tier each and cost the first model (0.56 -> 0.32 on the anchor).
+exact length made batches of one tier each and cost the first model (0.56 -> 0.32 on the anchor). A step holds
+`batch_size` rows up to ROW_TOKENS long, fewer longer ones (as many as hold batch_size * ROW_TOKENS tokens), so a
+step costs about the same however far the curriculum has climbed: 64 rows of 187-digit practice sums (about 570
+tokens) made a cycle's 1,200 steps overrun their time cap after 464.
 
 Under DDP `batch_size` stays the rows of one optimizer step: each of the N processes takes batch_size / N
 rows, drawn by its own sampler seeded with (seed, rank). Lightning would instead wrap our
@@ -38,7 +41,7 @@ class FitResult:
     world_size: int = 1
     source_loss: dict[int, float] = field(default_factory=dict)  # mean loss per row source over the whole fit
     is_global_zero: bool = True  # the one process that may write checkpoints and report
-    tokens: int = 0  # rows of every step (all processes) times their mean length up to the last answer token
+    tokens: int = 0  # the rows every process trained, each counted up to its last answer token
 
 
 class _Progress(L.Callback):
@@ -51,6 +54,7 @@ class _Progress(L.Callback):
         self.every = max(1, total // 20)
         self.recent: list[float] = []
         self.final_loss = float("nan")
+        self.tokens = 0  # this process's rows trained, each counted up to its last answer token
 
     def _mean(self, trainer) -> float:
         local = torch.tensor(sum(self.recent) / max(1, len(self.recent)), device=trainer.strategy.root_device)
@@ -58,6 +62,7 @@ class _Progress(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.recent = (self.recent + [float(outputs["loss"])])[-50:]
+        self.tokens += int(answer_ends(batch[1]).sum())
         if outputs.get("source") is not None:  # each source's rows: running sums of loss and count
             sums = torch.zeros(self.sources).index_add_(0, outputs["source"].cpu(), outputs["row_loss"].float().cpu())
             self.source_sums += sums
@@ -70,10 +75,18 @@ class _Progress(L.Callback):
 
     def on_train_end(self, trainer, pl_module):
         self.final_loss = self._mean(trainer)
+        local = torch.tensor(float(self.tokens), device=trainer.strategy.root_device)
+        self.tokens = round(float(trainer.strategy.reduce(local, reduce_op="sum")))
+
+
+def answer_ends(loss_mask: torch.Tensor) -> torch.Tensor:
+    """Each row's length up to its last answer token."""
+    return loss_mask.shape[1] - loss_mask.flip(1).float().argmax(1)
 
 
 POOL = 8  # batches drawn at once and grouped by row length
 BUCKET_TOKENS = 32  # rows whose lengths differ by less share a bucket (the users' questions of 1-9 digits: one)
+ROW_TOKENS = 2 * BUCKET_TOKENS  # a step holds at most batch_size rows of this length: longer rows, fewer a step
 
 
 class _WeightedRows(L.LightningDataModule):
@@ -99,17 +112,37 @@ class _LengthBatches(torch.utils.data.Sampler):
     (stable: within a bucket, in the order drawn)."""
 
     def __init__(self, weights: torch.Tensor, lengths: torch.Tensor, steps: int, batch: int, seed: int, rank: int):
-        self.drawn = rank_sampler(weights, steps * batch, seed, rank)
+        self.weights, self.seed, self.rank = weights, seed, rank
         self.buckets, self.steps, self.batch = (lengths - 1) // BUCKET_TOKENS, steps, batch
 
     def __len__(self) -> int:
         return self.steps
 
     def __iter__(self):
-        drawn = torch.tensor(list(self.drawn), dtype=torch.long)
-        for start in range(0, self.steps, POOL):
-            pool = drawn[start * self.batch:min(start + POOL, self.steps) * self.batch]
-            yield from pool[torch.argsort(self.buckets[pool], stable=True)].view(-1, self.batch).tolist()
+        made, draw = 0, 0
+        while True:  # rows longer than ROW_TOKENS make more batches of a pool: then more pools are drawn
+            drawn = torch.tensor(list(rank_sampler(self.weights, self.steps * self.batch, self.seed + draw,
+                                                   self.rank)), dtype=torch.long)
+            for start in range(0, len(drawn), POOL * self.batch):
+                pool = drawn[start:start + POOL * self.batch]
+                for rows in self._cut(pool[torch.argsort(self.buckets[pool], stable=True)].tolist()):
+                    yield rows
+                    made += 1
+                    if made == self.steps:
+                        return
+            draw += 1
+
+    def _cut(self, rows: list[int]):
+        """Rows sorted by bucket, in batches of `batch` rows or of as many as hold batch * ROW_TOKENS tokens."""
+        budget, batch = self.batch * ROW_TOKENS, []
+        for row in rows:
+            if len(batch) == self.batch or (len(batch) + 1) * (int(self.buckets[row]) + 1) * BUCKET_TOKENS > budget:
+                if batch:
+                    yield batch
+                batch = []
+            batch.append(row)
+        if batch:
+            yield batch
 
 
 def rank_sampler(weights: torch.Tensor, rows: int, seed: int, rank: int) -> WeightedRandomSampler:
@@ -150,7 +183,7 @@ def fit(
                     torch.zeros(len(tokens), dtype=torch.long) if sources is None else sources.long()]
     if teacher_rows is not None:
         columns.append(teacher_rows.long())
-    lengths = loss_mask.shape[1] - loss_mask.flip(1).float().argmax(1)  # up to each row's last answer token
+    lengths = answer_ends(loss_mask)
     rows = _WeightedRows(TensorDataset(*columns), weights, lengths, max_steps, batch_size, seed)
     progress = _Progress(max_steps, report, int(sources.max()) + 1 if sources is not None else int(len(columns) > 2))
     trainer = L.Trainer(
@@ -168,7 +201,6 @@ def fit(
     started = time.perf_counter()
     trainer.fit(module, datamodule=rows)
     steps = trainer.global_step
-    mean_length = float((weights * lengths).sum() / weights.sum())  # rows are drawn by weight
     return FitResult(
         steps=steps,
         seconds=time.perf_counter() - started,
@@ -176,6 +208,6 @@ def fit(
         stopped_by_time=steps < max_steps,
         world_size=trainer.world_size,
         is_global_zero=trainer.is_global_zero,
-        tokens=round(steps * batch_size * mean_length),
+        tokens=progress.tokens,
         source_loss={i: float(progress.source_sums[i] / n) for i, n in enumerate(progress.source_rows.tolist()) if n},
     )
