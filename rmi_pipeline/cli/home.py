@@ -76,10 +76,8 @@ def say(message: str) -> None:
 def _simulated_anchor(evals: Path) -> list[Path]:
     """The anchor suite, when the simulated world's curators wrote it (an older code's or seed's tiers otherwise
     stay); a suite people curated is theirs."""
-    from ..world.curators import SIMULATED
-
     anchor = evals / layout.ANCHOR
     try:
-        return [anchor] if json.loads(anchor.read_text()).get("curated_by") == SIMULATED else []
+        return [anchor] if json.loads(anchor.read_text()).get("curated_by") == layout.SIMULATED_CURATORS else []
     except (OSError, ValueError):
         return []

@@ -18,8 +18,8 @@ FULL_COUNT_TIER = 10  # past this tier, fewer problems are made, in proportion (
 def problems_at(n: int, tier: int) -> int:
     """How many of `n` asked problems to make at `tier`: all up to FULL_COUNT_TIER, past it fewer in proportion, so a
     tier's problems hold about as many answer tokens however long they are. Decoding is quadratic in length (a
-    70-digit sum costs about 25 times an 8-digit one): at a count fixed per tier, one cycle's practice went from 54 s
-    to over 4 minutes as the frontier went from 35 digits to about 70."""
+    70-digit sum costs about 28 times an 8-digit one, bench/decoding.py): at a count fixed per tier, one cycle's
+    practice went from 54 s to over 4 minutes as the frontier went from 35 digits to about 70."""
     return max(1, n * min(tier, FULL_COUNT_TIER) // max(tier, 1))
 
 

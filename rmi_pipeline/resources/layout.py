@@ -31,6 +31,8 @@ EVAL_MANIFEST = "evals/manifest.json"
 
 # the sealed eval store, which only evaluation assets open
 ANCHOR = "anchor/suite.json"  # curated once, frozen: comparable across all cycles
+# the anchor's "curated_by" when the simulated world wrote it: `rmi run --fresh` replaces that suite, never another
+SIMULATED_CURATORS = "the simulated world's curators"
 GROWN = "grown"  # the tiers the suite grew past the anchor's as the champion did, one file per version
 REFRESHED = "refreshed"  # a fresh set each cycle: no model can have seen it
 MINED = "mined"  # hard cases from feedback, held out by hash

@@ -7,14 +7,12 @@ from datetime import UTC, datetime
 
 from ..resources import layout
 
-SIMULATED = "the simulated world's curators"  # `rmi run --fresh` replaces a suite they wrote, never another
-
 
 def curate_eval_suite(eval_store, recipe, items_per_slice: int, seed: int) -> dict:
     rng = random.Random(f"curators-{seed}")
     items = recipe.build_eval_suite(rng, items_per_slice)
     suite = {
-        "version": f"suite-{datetime.now(UTC):%Y%m%d}-{seed}", "curated_by": SIMULATED,
+        "version": f"suite-{datetime.now(UTC):%Y%m%d}-{seed}", "curated_by": layout.SIMULATED_CURATORS,
         "canary": f"RMI-EVAL-CANARY {uuid.UUID(int=rng.getrandbits(128))}",
         "items": [{"prompt": t.prompt, "answer": t.answer, "skill": t.skill, "tier": t.tier} for t in items],
     }
