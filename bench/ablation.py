@@ -6,7 +6,7 @@
     a_long  a trained 4,000 steps a cycle instead of 2,500, for a comparison at equal wall time with d_long
     b  + harder tasks (practice problems at the frontier, answers the verifier accepts)
     c  + RL from the verifier with coach hints (and distillation of hinted successes)
-    d  + self-labelling (the full method; its shares are the README's recipe for turning the sources on)
+    d  + self-labelling (the full method, the default mix)
     d_long  d trained 3,500 steps a cycle: the time its sources take to make data plus 3,500 steps is a_long's
     self  self-labelling alone: no users, no verifier; only the seed set and the champion's own checked labels
           (8,000 problems per labelled tier and 4,000 training steps a cycle)
@@ -32,8 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from rmi_pipeline.settings import DEFAULT_MIX
+
 OFF = {"practice": 0, "rl": 0, "hint_distill": 0, "self_label": 0}
-FULL = {"practice": 0.1, "rl": 0.1, "hint_distill": 0.05, "self_label": 0.05}
+FULL = {source: DEFAULT_MIX[source] for source in OFF}  # the default mix
 CONFIGS = {
     "a": ("feedback only", OFF),
     "b": ("+ harder tasks", {**OFF, "practice": 0.1}),
@@ -46,7 +48,7 @@ CONFIGS = {
     "a_long": ("feedback only, 4,000 steps", OFF),
     "d_long": ("full, 3,500 steps (a_long's wall time)", FULL),
 }
-# the README's tables were measured with 2,500 steps a cycle (RMI_TRAIN_STEPS=2500; the default is now 1,200) and
+# the README's tables were measured with 2,500 steps a cycle (RMI_TRAIN_STEPS=2500; the default is now 800) and
 # 1,000 self-labelled problems per tier. Self-labelling alone has no time to
 # match, and its labels are half of every batch: with 1,000 problems each label was seen about 60 times a cycle
 # (4,000: a tier a cycle on 2 of 3 seeds; 8,000: on all 3).

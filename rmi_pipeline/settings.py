@@ -13,11 +13,10 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# The champion's own sources start off: with them `make run` took over 7 minutes a cycle once the frontier reached
-# 60-digit sums, and whether they beat feedback alone at equal time is not measured yet for this model (README);
-# RMI_MIX turns them on: '{"practice": 0.1, "rl": 0.1, "hint_distill": 0.05, "self_label": 0.05}'.
-DEFAULT_MIX = {"feedback": 0.25, "corrections": 0.15, "replay": 0.3, "practice": 0.0, "rl": 0.0,
-               "hint_distill": 0.0, "self_label": 0.0}
+# The full method: the champion's own sources are on (README: "How the model improves itself" measures them against
+# feedback alone); RMI_MIX='{"practice": 0, "rl": 0, "hint_distill": 0, "self_label": 0}' turns them off.
+DEFAULT_MIX = {"feedback": 0.25, "corrections": 0.15, "replay": 0.3, "practice": 0.1, "rl": 0.1,
+               "hint_distill": 0.05, "self_label": 0.05}
 SOURCES = tuple(DEFAULT_MIX)
 DEFAULT_RECIPE = "rmi_pipeline.recipes.arithmetic:ArithmeticRecipe"
 
@@ -124,9 +123,7 @@ class Settings(BaseSettings):
 
     # training
     bootstrap_steps: int = Field(default=2000, description="Steps of the first model, trained from scratch.")
-    train_steps: int = Field(default=1200, description="Steps of each later candidate (warm start): 1200 took "
-                             "`make run`'s anchor from 0.28 to 0.98 in 5 cycles and 8.6 minutes on 2 cores; with "
-                             "2500 it ran 13.5.")
+    train_steps: int = Field(default=800, description="Steps of each later candidate (warm start).")
     train_max_seconds: float = Field(default=150.0, description="Wall-clock cap per candidate, shared CPUs.")
     bootstrap_max_seconds: float = Field(default=600.0, description="Wall-clock cap of the first model: without "
                                          "it nothing can serve, so it may take longer.")

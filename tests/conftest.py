@@ -13,6 +13,11 @@ FAST = {
     "RMI_SIM_QUERIES_PER_CYCLE": "2000",
     "RMI_EVAL_ITEMS_PER_SLICE": "40",
     "RMI_REFRESHED_ITEMS_PER_SLICE": "40",
+    # the champion's own sources stay on (the default mix), on fewer problems
+    "RMI_PRACTICE_PROBLEMS": "200",
+    "RMI_SELF_LABEL_PROBLEMS": "200",
+    "RMI_ROLLOUT_SAMPLES": "4",
+    "RMI_FAILED_PROMPTS": "100",
     "MLFLOW_DISABLE_TELEMETRY": "true",
 }
 

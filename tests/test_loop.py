@@ -14,7 +14,7 @@ from rmi_pipeline.cli.main import main
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.resources import build_resources, layout
 from rmi_pipeline.settings import DEFAULT_RECIPE as RECIPE_PATH
-from rmi_pipeline.settings import Settings
+from rmi_pipeline.settings import SOURCES, Settings
 
 
 @pytest.fixture
@@ -64,8 +64,8 @@ def test_a_model_leads_back_to_its_dataset_batches_and_run(loop):
 def test_each_source_of_the_training_mix_has_its_rows_and_loss_logged(loop):
     mv = loop["registry"].version("champion")  # the cycle-1 candidate
     manifest = loop["storage"].read_json(layout.dataset_manifest(mv.tags['dataset_version']))
-    # the default mix: new feedback, corrections and replay; the champion's own sources are off (RMI_MIX)
-    assert set(manifest["by_source"]) == {"feedback", "corrections", "replay"}, manifest["by_source"]
+    # the default mix, the full method: the users' feedback, replay, and every source the champion makes
+    assert set(manifest["by_source"]) == set(SOURCES), manifest["by_source"]
     metrics = loop["registry"].client().get_run(mv.run_id).data.metrics
     for source, rows in manifest["by_source"].items():
         assert metrics[f"rows_{source}"] == rows > 0 and metrics[f"loss_{source}"] >= 0, source

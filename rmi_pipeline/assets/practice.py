@@ -20,10 +20,12 @@ from .feedback import feedback_events
 def practice(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
              warehouse: Warehouse, registry: ModelRegistry) -> MaterializeResult:
     """Rows the champion makes for its successor (practice/v<champion>-<events>.parquet): harder problems it
-    solved, RL groups scored by the verifier, answers it found with the coach's hints, and labels it backs up.
-    Only the sources with a share in RMI_MIX are made (all are off by default)."""
+    solved, RL groups scored by the verifier, answers it found with the coach's hints, and labels it backs up, up to
+    the eval suite's top tier per skill ("reach"). Only the sources with a share in RMI_MIX are made (all four by
+    default)."""
     import polars as pl
 
+    from ..ml.curriculum import reach
     from ..ml.practice import SOURCES, practise, retry_prompts
     from ..ml.seeding import turn_seed
     from ..recipes.base import load_recipe
@@ -41,8 +43,9 @@ def practice(context: AssetExecutionContext, settings: ResourceParam[Settings], 
     down = warehouse.query("SELECT prompt FROM feedback_events WHERE model_version = ? AND rating = 'down' "
                            "ORDER BY ts DESC, event_id LIMIT ?", [str(champion.version), 4 * settings.failed_prompts])
     failed = retry_prompts(recipe, down["prompt"].to_list(), settings.mined_share, settings.failed_prompts)
+    last = reach(recipe, storage.read_json(layout.EVAL_MANIFEST)["slices"])
     made = practise(recipe, model, mix, failed, rng, seed, practice=settings.practice, sampling=settings.sampling,
-                    self_labelling=settings.self_labelling)
+                    self_labelling=settings.self_labelling, reach=last)
     if made.failed_prompts is not None:
         storage.write_json(layout.practice_failed(champion.version), {"prompts": made.failed_prompts})
 
@@ -55,5 +58,6 @@ def practice(context: AssetExecutionContext, settings: ResourceParam[Settings], 
     storage.write_json(layout.PRACTICE_LATEST, {"champion_version": str(champion.version), "rows": path})
     counts = {r["source"]: r["len"] for r in frame.group_by("source").len().to_dicts()}
     context.log.info(f"practice from champion v{champion.version}: {counts}")
-    meta = {"champion_version": str(champion.version), "retry": retry, **made.meta}
+    meta = {"champion_version": str(champion.version), "retry": retry,
+            **{f"reach {s}": t for s, t in last.items()}, **made.meta}
     return MaterializeResult(metadata={**meta, **{f"rows_{s}": n for s, n in counts.items()}, "rows": len(frame)})

@@ -1,6 +1,7 @@
 """What a champion makes for its successor: harder problems it solved, RL groups, hinted successes, self-labels.
 
-At the first tier each skill has not yet solved (the frontier) and `Practice.tiers` - 1 tiers past it, the champion
+At the first tier each skill has not yet solved (the frontier) and `Practice.tiers` - 1 tiers past it, up to the
+eval suite's top tier (its reach: curriculum.reach; a skill solved up to it practises nothing), the champion
 gets generated problems and keeps the first sampled answer the recipe's verifier accepts; on those problems and on
 its latest thumbs-down prompts it samples groups for RL; its failures get a second attempt with the verifier's
 critique as a hint; and just past its reliable range it labels problems itself, keeping only labels it backs up.
@@ -36,19 +37,22 @@ def retry_prompts(recipe, thumbs_down: list[str], mined_share: float, limit: int
 
 
 def practise(recipe, model, mix: dict[str, float], failed: list[str], rng: random.Random, seed: int, *,
-             practice: Practice, sampling: Sampling, self_labelling: SelfLabelling) -> Practised:
-    """Every source of SOURCES with a share in `mix`, from the champion `model` and its failed prompts."""
+             practice: Practice, sampling: Sampling, self_labelling: SelfLabelling,
+             reach: dict[str, int] | None = None) -> Practised:
+    """Every source of SOURCES with a share in `mix`, from the champion `model` and its failed prompts; generated
+    problems go up to `reach[skill]` (curriculum.reach; None: the recipe's hardest tier)."""
     from .rl import coach, rollouts
     from .self_label import self_label
 
     out = Practised()
+    last = reach or {skill: recipe.hardest_tier for skill in recipe.skills}
     problems: list[str] = []
     if mix["practice"] or mix["rl"] or mix["hint_distill"]:
-        tiers, accuracy = frontier(recipe, model, rng, FRONTIER_PROBLEMS, practice.saturation)
-        span = {skill: list(range(tier, min(tier + practice.tiers, recipe.hardest_tier + 1)))
-                for skill, tier in tiers.items()}
-        problems = [t.prompt for skill in recipe.skills for t in recipe.sample_tasks(
-            rng, problems_at(practice.problems, span[skill][-1]), [skill], span[skill])]
+        tiers, accuracy = frontier(recipe, model, rng, FRONTIER_PROBLEMS, practice.saturation, last)
+        span = {skill: list(range(tier, min(tier + practice.tiers, last[skill] + 1)))
+                for skill, tier in tiers.items()}  # empty for a skill solved up to its reach
+        problems = [t.prompt for skill, tiers_of in span.items() if tiers_of for t in recipe.sample_tasks(
+            rng, problems_at(practice.problems, tiers_of[-1]), [skill], tiers_of)]
         out.meta |= {f"frontier {s}": t for s, t in tiers.items()}
         out.meta |= {f"accuracy {s}": round(a, 3) for s, a in accuracy.items()}
         out.meta["practice_problems"] = len(problems)
@@ -74,7 +78,7 @@ def practise(recipe, model, mix: dict[str, float], failed: list[str], rng: rando
                      co.solved_with_hint, "coach_solved_without_hint": co.solved_without_hint}
         out.failed_prompts = co.failed_prompts
     if mix["self_label"]:
-        sl = self_label(recipe, model, rng, self_labelling, seed + 3)
+        sl = self_label(recipe, model, rng, self_labelling, seed + 3, last)
         out.rows += [{**r, "source": "self_label"} for r in sl.rows]
         out.meta |= {"self_labels": len(sl.rows), **{f"self_labels {st}": n for st, n in sl.kept.items()}}
     return out

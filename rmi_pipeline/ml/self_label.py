@@ -27,23 +27,26 @@ class SelfLabels:
     kept: dict = field(default_factory=dict)  # "skill/tier" -> labels kept there
 
 
-def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: int, probe: int = 100) -> SelfLabels:
-    """`probe` problems per tier find the edge of the reliable range; `options.problems` (fewer past
-    curriculum.FULL_COUNT_TIER) are labelled at each of `options.tiers` tiers from it."""
+def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: int,
+               last: dict[str, int] | None = None, probe: int = 100) -> SelfLabels:
+    """`probe` problems per tier find the edge of the reliable range up to `last[skill]` (None: the recipe's
+    hardest tier); `options.problems` (fewer past curriculum.FULL_COUNT_TIER) are labelled at each of
+    `options.tiers` tiers from it, up to `last`."""
     per_tier, votes, temperature = options.problems, options.votes, options.temperature
     saturation, tiers = options.saturation, options.tiers
     out = SelfLabels()
+    last = last or {skill: recipe.hardest_tier for skill in recipe.skills}
     for skill in recipe.skills:
         def reliable(tier: int, skill: str = skill) -> bool:
             *_, agreed = _answers(recipe, model, rng, skill, tier, probe, votes, temperature, seed)
             out.agreement[slice_name(skill, tier)] = sum(agreed) / len(agreed)
             return out.agreement[slice_name(skill, tier)] >= saturation
 
-        edge = first_unsolved(reliable, recipe.tiers[0], recipe.hardest_tier)
-        if edge > recipe.hardest_tier:
+        edge = first_unsolved(reliable, recipe.tiers[0], last[skill])
+        if edge > last[skill]:
             continue  # reliable at every tier: nothing past it to label
         out.tiers[skill] = edge
-        for tier in range(out.tiers[skill], min(out.tiers[skill] + tiers, recipe.hardest_tier + 1)):
+        for tier in range(edge, min(edge + tiers, last[skill] + 1)):
             labels = _backed_up(recipe, model, *_answers(recipe, model, rng, skill, tier, problems_at(per_tier, tier),
                                                           votes, temperature, seed + 1))
             out.kept[slice_name(skill, tier)] = len(labels)
