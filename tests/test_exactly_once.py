@@ -135,6 +135,35 @@ def test_four_ingests_at_once_each_land_exactly_once_and_the_same_file_twice_is_
     assert events_in(rmi_env) == sorted(f"ev-{1000 * b + i}" for b in range(4) for i in range(200))
 
 
+def test_a_batch_another_process_registered_a_moment_before_is_no_error(rmi_env):
+    """Dagster checks for a partition key, then inserts it: the process that loses that race (seen once in the test
+    above, as an exit 1 with the store's unique-key error) finds the batch registered and goes on."""
+    from dagster import DagsterInstance
+    from sqlalchemy.exc import IntegrityError
+
+    from rmi_pipeline.assets.partitions import feedback_batches
+    from rmi_pipeline.automation.batches import register_batches
+    from rmi_pipeline.cli.home import prepare_home
+
+    prepare_home(rmi_env)
+    with DagsterInstance.get() as instance:
+        real = instance.add_dynamic_partitions
+
+        def loses_the_race(name, keys):
+            real(name, keys)  # the other process's insert, between this one's check and its own insert
+            raise IntegrityError("INSERT INTO dynamic_partitions", None, Exception("UNIQUE constraint failed"))
+
+        instance.add_dynamic_partitions = loses_the_race
+        register_batches(instance, ["raced.jsonl"])
+        assert instance.has_dynamic_partition(feedback_batches.name, "raced.jsonl")
+        def fails(name, keys):
+            raise IntegrityError("INSERT INTO dynamic_partitions", None, Exception("another constraint"))
+
+        instance.add_dynamic_partitions = fails
+        with pytest.raises(IntegrityError):  # a key still missing after the error: a real failure, not the race
+            register_batches(instance, ["missing.jsonl"])
+
+
 def test_a_cycle_whose_process_died_is_marked_failed_and_no_longer_blocks_the_automation(rmi_env):
     resources = build_resources(rmi_env.model_copy(update={"cycle_min_new_events": 5}))
     gone = subprocess.Popen([sys.executable, "-c", "pass"])

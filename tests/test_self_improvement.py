@@ -147,48 +147,6 @@ def test_arithmetic_checks_work_back_from_an_answer_by_the_inverse_operation():
     assert R.checks("5-3=", "x") == []
 
 
-def test_a_long_sum_is_checked_by_the_two_shorter_sums_it_splits_into():
-    a, b = 48213904417263501, 30512873210836244
-    k = problems.split(a, "+", b)
-    assert k is not None and 6 <= k <= 11  # near the middle, at a place whose digits add to 8 or less
-    checks = R.checks(f"{a}+{b}=", str(a + b))
-    assert [q for q, _ in checks] == [f"{a // 10**k}+{b // 10**k}=", f"{a % 10**k}+{b % 10**k}="]
-    assert all(right(q) == want for q, want in checks)  # the right sum passes with a model that adds right
-    for place in (2, k + 3):  # a wrong digit in either half is refuted
-        assert any(right(q) != want for q, want in R.checks(f"{a}+{b}=", str(a + b + 10**place)))
-    rng = random.Random(0)
-    for _ in range(2000):  # the split holds for any problem, carries and borrows around it included
-        a, op, b = problems.parse(problems.problem(rng, rng.choice(problems.SKILLS), rng.randint(4, 40))[0])
-        if (k := problems.split(a, op, b)) is not None:
-            unit = 10**k
-            assert problems.solve(a // unit, op, b // unit) * unit + problems.solve(a % unit, op, b % unit) \
-                == problems.solve(a, op, b)
-
-
-class SubtractsShort(UpTo12Digits):
-    """Adds right at any length, unsure past 8 digits (one vote in four is off by one); subtracts right only up to
-    4 digits, and is sure of its wrong longer differences."""
-
-    def answer(self, model, prompts):
-        return [self.reply(p) for p in prompts]
-
-    def sample(self, model, prompts, k, temperature, seed):
-        unsure = [p.count("+") and self.slice_of(p)[1] > 8 for p in prompts]
-        return [[self.reply(p)] * (k - 1) + [str(int(right(p)) + 1) if u else self.reply(p)]
-                for p, u in zip(prompts, unsure, strict=True)]
-
-    def reply(self, prompt):
-        return right(prompt) if prompt.count("+") or self.slice_of(prompt)[1] <= 4 else "0"
-
-
-def test_sums_past_the_range_of_the_model_s_differences_still_get_labels_they_back_up():
-    out = self_label(SubtractsShort(), None, random.Random(0), labelling(problems=200), seed=0)
-    assert out.tiers == {"add": 9}  # its differences are wrong but sure: no edge to label past
-    labels = {r["prompt"]: r["target"] for r in out.rows}
-    assert all(t == right(p) for p, t in labels.items())
-    assert len(labels) > 150  # most 9-digit sums split; checked by its differences, none passed
-
-
 def test_the_training_mix_rejects_unknown_sources(monkeypatch):
     from rmi_pipeline.settings import DEFAULT_MIX, Settings
 

@@ -27,6 +27,19 @@ class Batch:
     last_run_id: str | None = None
 
 
+def register_batches(instance, names: list[str]) -> None:
+    """Add the batches' partitions. Dagster checks for a key and then inserts it, so two processes registering the
+    same file at once race there; the one that loses finds it registered and goes on (its ingest then learns the
+    other is landing it) instead of failing with the store's unique-key error."""
+    from sqlalchemy.exc import IntegrityError
+
+    try:
+        instance.add_dynamic_partitions(feedback_batches.name, names)
+    except IntegrityError:
+        if not all(instance.has_dynamic_partition(feedback_batches.name, name) for name in names):
+            raise
+
+
 def batch_states(instance, names: list[str], storage, settings) -> dict[str, Batch]:
     """The state of each named batch: new (no partition yet), retry (its ingest failed or died, or never ran),
     landing (a run is in progress), backoff, landed, quarantined (too many bad rows: it waits for a person), or

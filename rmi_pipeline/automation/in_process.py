@@ -20,6 +20,8 @@ def ingest_new_batches(defs, instance) -> dict:
     """One tick of new_feedback_sensor, with its ingest runs executed here; the counts of every batch, summed."""
     from dagster import build_sensor_context
 
+    from .batches import register_batches
+
     fail_dead_runs(instance, defs.resources["registry"])  # a batch a killed process held is ingested again
     sensor = defs.resolve_sensor_def(new_feedback_sensor.name)
     resources = {key: defs.resources[key] for key in sensor.required_resource_keys}
@@ -28,7 +30,7 @@ def ingest_new_batches(defs, instance) -> dict:
     if not hasattr(result, "run_requests"):
         return totals
     for request in result.dynamic_partitions_requests or []:
-        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        register_batches(instance, list(request.partition_keys))
     for run in result.run_requests or []:
         counts = ingest_batch(defs, instance, run.partition_key, dict(run.tags))
         for key, value in counts.items():

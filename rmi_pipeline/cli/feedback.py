@@ -37,7 +37,7 @@ def add_feedback_commands(subparsers) -> None:
 
 
 def cmd_ingest(args) -> int:
-    from ..assets.partitions import can_be_partition, feedback_batches
+    from ..assets.partitions import can_be_partition
     from ..resources import layout
     from ..schema import SUFFIXES, is_batch_file, parse_batch
 
@@ -67,7 +67,7 @@ def cmd_ingest(args) -> int:
     prepare_home(settings)
     from dagster import DagsterInstance
 
-    from ..automation.batches import batch_states
+    from ..automation.batches import batch_states, register_batches
     from ..automation.dead_runs import fail_dead_runs
     from ..automation.in_process import ingest_batch
     from ..definitions import build_definitions
@@ -87,7 +87,7 @@ def cmd_ingest(args) -> int:
                          "feedback a new file name")
     storage.write_bytes(key, data)
     if batch.state == "new":
-        instance.add_dynamic_partitions(feedback_batches.name, [name])
+        register_batches(instance, [name])
     else:  # its ingest failed or died before: this is attempt batch.attempts + 1
         say(f"{name} did not land before ({batch.attempts} attempt(s)); ingesting it again")
     counts = ingest_batch(defs, instance, name, {"rmi/trigger": "rmi-feedback-ingest"})

@@ -43,9 +43,9 @@ def first_unsolved(solves, first: int, last: int) -> int:
 
 def reach(recipe, slices: list[dict]) -> dict[str, int]:
     """{skill: the hardest tier worth practising}: the eval suite's top tier (the manifest's `slices`), which grows
-    ahead of the champion. A gain past it is one the gate cannot measure, so no promotion can reward it, and each
-    problem there costs more (decoding is quadratic in length): with no such bound, a champion that generalized to
-    190-digit sums while the suite held 28 spent 111 s of its cycle practising them and 130 s training on them."""
+    ahead of the champion. A gain past it is one the gate cannot measure, so no promotion can reward it, and the
+    problems there cost the most: with no such bound, a champion that generalized to 190-digit sums while the suite
+    held 28 spent 111 s of its cycle practising them and 130 s training on them."""
     top = {s: max((int(x["tier"]) for x in slices if x["skill"] == s), default=recipe.hardest_tier)
            for s in recipe.skills}
     return {s: min(t, recipe.hardest_tier) for s, t in top.items()}

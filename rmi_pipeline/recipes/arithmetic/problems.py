@@ -37,19 +37,6 @@ def solve(a: int, op: str, b: int) -> int:
     return a + b if op == "+" else a - b
 
 
-def split(a: int, op: str, b: int) -> int | None:
-    """A place k nearest the middle where the problem falls apart into two shorter ones, read off the operands'
-    digits alone: at place k - 1 the digits add to at most 8 (a carry in still leaves no carry out) or the first
-    exceeds the second (a borrow in leaves no borrow out), so a op b = (a // 10^k op b // 10^k) * 10^k +
-    (a % 10^k op b % 10^k). None if the larger operand has under 4 digits or no place qualifies."""
-    da, db = str(a)[::-1], str(b)[::-1].ljust(len(str(a)), "0")
-    if len(da) < 4 or len(db) > len(da):
-        return None
-    fits = [j + 1 for j in range(1, len(da) - 2)
-            if (int(da[j]) + int(db[j]) <= 8 if op == "+" else int(da[j]) > int(db[j]))]
-    return min(fits, key=lambda k: abs(2 * k - len(da)), default=None)
-
-
 def tier_of(a: int, b: int) -> int:
     return len(str(max(a, b)))
 

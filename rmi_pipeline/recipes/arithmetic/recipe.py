@@ -89,18 +89,11 @@ class ArithmeticRecipe(Recipe):
         return len(completion) in ((longest, longest + 1) if op == "+" else range(1, longest + 1))
 
     def checks(self, prompt, completion):
-        # a + b = c splits where no carry crosses (problems.split) into two sums half as long, the model's surest
-        # problems: checked by its differences instead (c - b = a), long sums lean on the weaker skill, and from
-        # about 80 digits none passed. Else and for differences the inverse operations: a + b = c holds only if
-        # c - b = a and c - a = b; a - b = c only if c + b = a and a - c = b.
+        # the inverse operations: a + b = c holds only if c - b = a and c - a = b; a - b = c only if c + b = a
         a, op, b = self._parse(prompt)
         if not problems.is_answer(completion) or len(completion) > problems.MAX_DIGITS:
             return []
         c = int(completion)
-        k = problems.split(a, op, b) if op == "+" else None
-        if k is not None:
-            unit = 10**k
-            return [(f"{a // unit}+{b // unit}=", str(c // unit)), (f"{a % unit}+{b % unit}=", str(c % unit))]
         if op == "+":
             return [(f"{c}-{b}=", str(a)), (f"{c}-{a}=", str(b))]
         return [(f"{c}+{b}=", str(a))] + ([(f"{a}-{c}=", str(b))] if c <= a else [])
