@@ -9,8 +9,9 @@ Rows of a growing curriculum differ a lot in length (a 60-digit practice sum has
 and one long row made its whole batch that long. Rows of one bucket keep the order they were drawn in: sorting by
 exact length made batches of one tier each and cost the first model (0.56 -> 0.32 on the anchor). A step holds
 `batch_size` rows up to ROW_TOKENS long, fewer longer ones (as many as hold batch_size * ROW_TOKENS tokens), so a
-step costs about the same however far the curriculum has climbed: 64 rows of 187-digit practice sums (about 570
-tokens) made a cycle's 1,200 steps overrun their time cap after 464.
+step's cost is bounded however far the curriculum has climbed: 64 rows of 187-digit practice sums (about 570
+tokens) made a cycle's 1,200 steps overrun their time cap after 464. Users' rows (about 27 tokens) fill under half
+of that bound, so a step of long rows still costs up to about twice one of theirs.
 
 Under DDP `batch_size` stays the rows of one optimizer step: each of the N processes takes batch_size / N
 rows, drawn by its own sampler seeded with (seed, rank). Lightning would instead wrap our
