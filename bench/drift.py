@@ -68,7 +68,8 @@ def main() -> None:
     def health(trigger: str) -> dict:
         result = defs.resolve_job_def("health_check").execute_in_process(
             instance=instance, run_config=QUIET_LOGS, tags={"rmi/trigger": trigger})
-        return {k: v.value for k, v in result.asset_materializations_for_node("champion_health")[0].metadata.items()}
+        [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.path == ["champion_health"]]
+        return {k: v.value for k, v in event.materialization.metadata.items()}
 
     def tick(name: str):
         return defs.resolve_sensor_def(name)(build_sensor_context(

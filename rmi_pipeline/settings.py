@@ -61,6 +61,7 @@ class SelfLabelling:
 class Health:
     tolerance: float
     window_events: int
+    auto_rollback: bool
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,17 @@ class Regression:
     backoff_seconds: float
     focus_weight: float
     steps_multiplier: float
+
+
+@dataclass(frozen=True)
+class Canary:
+    """The live trial of a challenger that passed the offline gate (assets/canary.py)."""
+
+    promotion: str  # "canary" or "offline"
+    share: float
+    min_events: int
+    max_hours: float
+    tolerance: float
 
 
 @dataclass(frozen=True)
@@ -92,6 +104,8 @@ class Serving:
     feedback_window_seconds: float
     log_path: Path
     log_max_bytes: int
+    canary_share: float  # of users the canary answers while one is on trial
+    shadow: bool  # the challenger answers the champion's requests unseen
 
 
 class Settings(BaseSettings):
@@ -205,6 +219,9 @@ class Settings(BaseSettings):
                                     "live thumbs-down rate rises, by more than this against the baseline.")
     health_window_events: int = Field(default=5000, description="Latest rated events of the champion that make "
                                       "its live thumbs-down rates.")
+    health_auto_rollback: bool = Field(default=True, description="Roll a new champion back to its predecessor when "
+                                       "its live thumbs-down on a slice rises significantly over the predecessor's "
+                                       "(at the gate's confidence, past RMI_CANARY_TOLERANCE); a person is alerted.")
     regression_budget: int = Field(default=3, description="Regression-triggered cycles per champion before a "
                                    "person is alerted instead.")
     regression_backoff_seconds: float = Field(default=300.0, description="Wait before the 2nd attempt; doubles.")
@@ -241,6 +258,23 @@ class Settings(BaseSettings):
                                         "HOME/serve/feedback-log.sqlite3, on a local disk.")
     serve_log_max_mb: float = Field(default=1024.0, gt=0, description="Largest the log may grow while the object "
                                     "store is out of reach: beyond it, feedback gets 503 and is not acknowledged.")
+
+    # live trial before promotion
+    promotion: Literal["canary", "offline"] = Field(default="offline", description="canary: a challenger that "
+                                                    "passes the offline gate answers RMI_CANARY_SHARE of users "
+                                                    "first, and canary_verdict promotes or aborts it on their "
+                                                    "thumbs-down; offline: the gate alone promotes.")
+    canary_share: float = Field(default=0.1, ge=0, le=1, description="Share of users (sticky, by a hash of the "
+                                "user id) the gateway sends to the canary.")
+    canary_min_events: int = Field(default=2000, ge=1, description="Rated canary answers before the verdict (2,000 "
+                                   "per slice find a canary 5 points worse on one of 4 slices in 98% of trials).")
+    canary_max_hours: float = Field(default=24.0, gt=0, description="Longest trial: then the verdict is taken on "
+                                    "what users said so far.")
+    canary_tolerance: float = Field(default=0.0, ge=0, description="Thumbs-down rate a canary may add on a slice "
+                                    "before it counts as worse (when significant).")
+    shadow: bool = Field(default=False, description="The challenger answers the same requests as the champion in "
+                         "the background, never shown to users: agreement, verifier reward and latency per slice "
+                         "at the gateway's /v1/shadow.")
 
     # the simulated world (used by `rmi run` and `rmi simulate`, never by the pipeline)
     sim_queries_per_cycle: int = Field(default=6000, description="Questions users ask per cycle.")
@@ -298,7 +332,7 @@ class Settings(BaseSettings):
 
     @property
     def health(self) -> Health:
-        return Health(self.health_tolerance, self.health_window_events)
+        return Health(self.health_tolerance, self.health_window_events, self.health_auto_rollback)
 
     @property
     def regression(self) -> Regression:
@@ -315,7 +349,12 @@ class Settings(BaseSettings):
                        self.serve_max_body_bytes, self.serve_max_prompts, self.max_text_chars,
                        self.serve_feedback_window_hours * 3600,
                        self.serve_log_path or self.resolved_home / "serve" / "feedback-log.sqlite3",
-                       int(self.serve_log_max_mb * 1024 * 1024))
+                       int(self.serve_log_max_mb * 1024 * 1024), self.canary_share, self.shadow)
+
+    @property
+    def canary(self) -> Canary:
+        return Canary(self.promotion, self.canary_share, self.canary_min_events, self.canary_max_hours,
+                      self.canary_tolerance)
 
     @property
     def resolved_home(self) -> Path:

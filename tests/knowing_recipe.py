@@ -2,12 +2,15 @@
 
 KnowsUpTo (a curated suite of 12 tiers) knows the answers up to a tier, untrained.
 
-Greedy answers are right up to `KnowsUpTo.knows` + 2 digits (wrong past them); sampled votes agree with them up to
+Greedy answers are right up to `KnowsUpTo.knows` + 2 digits (wrong past them, or right less and less often over
+`fades_over` tiers: a model that generalizes past its reliable range); sampled votes agree with them up to
 `knows` digits, and past that one vote in each group differs (right where the greedy answer is wrong), so the model
 is reliable up to `knows`, unsure but right just past it, and wrong further out, where a sample still finds the
 answer a verifier accepts. Tests set `knows` on the class: the loop loads the recipe by its import
 path (RMI_RECIPE=knowing_recipe:KnowsUpTo) and sees the same class.
 """
+
+import zlib
 
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe, problems
 
@@ -15,6 +18,7 @@ from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe, problems
 class KnowsUpTo(ArithmeticRecipe):
     tiers = tuple(range(1, 13))
     knows = 12
+    fades_over = 1  # past knows + 2 digits, the share of right answers falls to none over this many tiers
 
     def answer(self, model, prompts):
         return [self._reply(p, self.knows + 2) for p in prompts]
@@ -34,8 +38,10 @@ class KnowsUpTo(ArithmeticRecipe):
         parsed = problems.parse(prompt)
         if parsed is None:
             return ""
-        right = str(problems.solve(*parsed))
-        return right if problems.tier_of(parsed[0], parsed[2]) <= up_to else _wrong(right)
+        right, past = str(problems.solve(*parsed)), problems.tier_of(parsed[0], parsed[2]) - up_to
+        if past <= 0 or zlib.crc32(prompt.encode()) % 1000 < 1000 * (1 - past / self.fades_over):
+            return right
+        return _wrong(right)
 
 
 def _wrong(answer: str) -> str:

@@ -39,7 +39,7 @@ def test_a_champion_that_solves_the_top_tiers_makes_the_suite_seal_the_next_ones
     monkeypatch.setattr(KnowsUpTo, "knows", 8)  # greedy answers right up to 10 digits: 3 tiers past 10 belong in it
     meta, manifest = suite()
     assert meta["tiers"] == "add 1-13, sub 1-13" and meta["grown_version"] == "0001"
-    assert meta["champion add/10"] == 1.0 and meta["tiers_sealed_now"] == "add 13-13, sub 13-13"
+    assert meta["champion add/10"] == 1.0 and meta["tiers_sealed_now"] == "add 13, sub 13"
     assert {(s["skill"], s["tier"], s["items"], s["private"]) for s in manifest["slices"] if s["tier"] == 13} == {
         ("add", 13, 20, True), ("sub", 13, 20, True)}
     refreshed = eval_store.read_json(layout.refreshed(manifest["refreshed_version"]))["items"]
@@ -63,3 +63,64 @@ def test_a_champion_that_solves_the_top_tiers_makes_the_suite_seal_the_next_ones
     assert meta["tiers"] == "add 1-22, sub 1-22" and meta["champion add/20"] == 1.0 > meta["champion add/21"]
     anchor_tiers = {i["tier"] for i in eval_store.read_json(layout.ANCHOR)["items"]}
     assert anchor_tiers == set(range(1, 13))  # the frozen anchor keeps its tiers: the learning curve compares
+
+
+def test_a_champion_that_generalizes_past_the_suite_s_growth_gets_a_horizon_slice_it_still_fails(
+        rmi_env, monkeypatch):
+    from rmi_pipeline.ml.curriculum import FAR, HEADROOM, HORIZON, problems_at, reach
+
+    monkeypatch.setenv("RMI_RECIPE", "knowing_recipe:KnowsUpTo")
+    monkeypatch.setenv("RMI_EVAL_ITEMS_PER_SLICE", "40")
+    monkeypatch.setenv("RMI_REFRESHED_ITEMS_PER_SLICE", "10")
+    resources = build_resources(Settings())
+    registry, eval_store, storage = resources["registry"], resources["eval_store"], resources["storage"]
+    recipe = KnowsUpTo()
+    curate_eval_suite(eval_store, recipe, 40, seed=0)
+    # right up to 10 digits, then less and less often: about half right at 30 digits, none from 50
+    monkeypatch.setattr(KnowsUpTo, "knows", 8)
+    monkeypatch.setattr(KnowsUpTo, "fades_over", 40)
+
+    def promoted_and_suite() -> tuple[dict, dict]:
+        torch.manual_seed(0)
+        with registry.run("champion", tags={}) as run_id:
+            version = registry.register_model(run_id, recipe.checkpoint(recipe.build_model(0.0, 1)),
+                                              "knowing_recipe:KnowsUpTo", tags={}).version
+        registry.promote(version, {"promoted_by": "test"})
+        with instance_for_test() as instance:
+            result = materialize([eval_suite], instance=instance, resources=resources)
+        meta = {k: v.value for k, v in result.asset_materializations_for_node("eval_suite")[0].metadata.items()}
+        return meta, storage.read_json(layout.EVAL_MANIFEST)
+
+    def horizon_slices(manifest: dict) -> dict[str, list[dict]]:
+        return {s: [x for x in manifest["slices"] if x["skill"] == s and x["horizon"]] for s in recipe.skills}
+
+    meta, manifest = promoted_and_suite()
+    first = horizon_slices(manifest)
+    dense_top = reach(recipe, manifest["slices"])  # practice stops at the dense tiers, not at the horizon
+    for skill in recipe.skills:
+        near, far = first[skill]  # the first tier it answers under HORIZON, and 4 times as many digits
+        assert near["tier"] > dense_top[skill] + 10 and far["tier"] == FAR * near["tier"] and near["private"]
+        assert near["items"] == problems_at(40, near["tier"]) < 40  # only has to show the champion failing
+        assert meta[f"champion {skill}/{near['tier']}"] < HORIZON <= meta[f"champion {skill}/{dense_top[skill]}"]
+        assert meta[f"champion {skill}/{far['tier']}"] == 0
+    assert meta["horizon_slices"] == ", ".join(f"{x['skill']}/{x['tier']}" for s in recipe.skills for x in first[s])
+    assert meta["tiers"].startswith(f"add 1-{dense_top['add']}, {first['add'][0]['tier']}, {first['add'][1]['tier']}")
+    refreshed = eval_store.read_json(layout.refreshed(manifest["refreshed_version"]))["items"]
+    near = first["add"][0]["tier"]
+    assert sum(i["tier"] == near and i["skill"] == "add" for i in refreshed) == problems_at(10, near)
+
+    meta, manifest = promoted_and_suite()  # as strong again: it still fails the horizon, nothing is sealed
+    assert meta["tiers_sealed_now"] == "none" and horizon_slices(manifest) == first
+
+    monkeypatch.setattr(KnowsUpTo, "knows", 30)  # it climbed past the near horizon, not the far one: no new one
+    meta, manifest = promoted_and_suite()
+    assert horizon_slices(manifest) == first and meta["champion add/" + str(FAR * near)] < HEADROOM
+    assert reach(recipe, manifest["slices"]) == {s: dense_top[s] + 6 for s in recipe.skills}  # at most 6 a cycle
+
+    monkeypatch.setattr(KnowsUpTo, "knows", 200)  # and past the far one: two more, the old ones stay
+    meta, manifest = promoted_and_suite()
+    for skill in recipe.skills:
+        *old, near, far = horizon_slices(manifest)[skill]
+        assert old == first[skill] and near["tier"] > first[skill][1]["tier"]
+        assert far["tier"] == min(FAR * near["tier"], recipe.hardest_tier)
+        assert meta[f"champion {skill}/{near['tier']}"] < HORIZON

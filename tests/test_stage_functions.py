@@ -110,6 +110,8 @@ def test_grown_tiers_are_counted_slices_but_stay_out_of_the_anchor_mean_and_the_
     seen, unseen = scored.leak_pairs(everything)["anchor"]
     assert len(seen.challenger) == 2 and len(unseen.challenger) == 1  # refreshed add/1; not the grown tiers
     assert top_tier(slices, "add", 0, 0.9) == 3 and top_tier(slices, "add", 1, 0.9) == 1  # every tier up to it
+    far = {**slices, "add/9": slices["add/1"]}  # a horizon slice solved past unmeasured tiers does not count
+    assert top_tier({k: v for k, v in far.items() if k != "add/4"}, "add", 0, 0.9) == 3
 
 
 def test_a_step_holds_a_full_batch_of_short_rows_and_fewer_long_ones_within_the_same_tokens():

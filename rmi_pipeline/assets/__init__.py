@@ -1,5 +1,6 @@
 """One module per stage of the loop, in the order the loop runs."""
 
+from .canary import canary_verdict
 from .dataset import training_dataset
 from .evals import eval_suite
 from .evaluation import candidate_evaluation
@@ -11,4 +12,4 @@ from .training import candidate_model
 
 FEEDBACK = [feedback_batch, feedback_events]
 CYCLE = [eval_suite, practice, training_dataset, candidate_model, candidate_evaluation, champion]
-ALL = FEEDBACK + CYCLE + [champion_health]
+ALL = FEEDBACK + CYCLE + [canary_verdict, champion_health]

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from dagster import AssetExecutionContext, MaterializeResult, ResourceParam, asset
 
+from ..ml.tasks import spans
 from ..recipes.base import slice_name
 from ..resources import layout
 from ..resources.registry import CHAMPION, ModelRegistry
@@ -58,7 +59,8 @@ def _grow(recipe, settings: Settings, eval_store: ObjectStore, registry: ModelRe
           grown: dict) -> tuple[dict, dict, dict]:
     """(grown set, {skill: tiers sealed now}, {"skill/tier": champion's score}): when the champion solves one of the
     suite's top RMI_EVAL_LEAD tiers of a skill, the next tiers are sealed into a new version of the grown set, as
-    many as keep RMI_EVAL_LEAD of them past the highest it solves; a champion grows the suite once."""
+    many as keep RMI_EVAL_LEAD of them past the highest it solves, and a horizon slice past them when it still
+    answers the hardest at least half right; a champion grows the suite once."""
     from ..ml.curriculum import suite_growth
 
     champion = registry.version(CHAMPION)
@@ -71,7 +73,7 @@ def _grow(recipe, settings: Settings, eval_store: ObjectStore, registry: ModelRe
                                       settings.eval_items_per_slice)
     if added:
         grown = {"version": version, "grew_from": grown["version"], "champion_version": str(champion.version),
-                 "added": added, "items": grown["items"] + [vars(t) for t in new]}
+                 "added": added, "items": grown["items"] + new}
         eval_store.write_json(layout.grown(version), grown)
     return grown, added, scores
 
@@ -83,6 +85,7 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
     champion saturates the top ones, a fresh set drawn each cycle, users' corrected hard cases held out by hash),
     then publishes what training may know (evals/manifest.json): item hashes, slice sizes and the canary string,
     never the items."""
+    from ..ml.curriculum import problems_at
     from ..ml.hygiene import is_mined_holdout, ngram_hashes
     from ..recipes.base import load_recipe
 
@@ -93,11 +96,17 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
                                           grown)
     suite = anchor["items"] + grown["items"]
     tiers = {skill: sorted({int(i["tier"]) for i in suite if i["skill"] == skill}) for skill in recipe.skills}
+    # a horizon slice (every item of it sealed as one) only has to show the champion still failing there
+    dense = {(i["skill"], int(i["tier"])) for i in suite if not i.get("horizon")}
+    horizon = {(s, t) for s, ts in tiers.items() for t in ts if (s, t) not in dense}
     # the n-th refresh of a seed is drawn the same way every time, so the same seed gives the same loop
     drawn = len(eval_store.list(layout.REFRESHED))
     stamp = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{drawn}"
-    refreshed = [vars(t) for t in recipe.build_eval_suite(random.Random(f"refresh-{settings.seed}-{drawn}"),
-                                                          settings.refreshed_items_per_slice, tiers)]
+    rng = random.Random(f"refresh-{settings.seed}-{drawn}")
+    refreshed = [vars(t) for t in recipe.build_eval_suite(
+        rng, settings.refreshed_items_per_slice, {s: [t for t in ts if (s, t) in dense] for s, ts in tiers.items()})]
+    refreshed += [vars(t) for s, t in sorted(horizon) for t in recipe.build_eval_suite(
+        rng, problems_at(settings.refreshed_items_per_slice, t), {k: [t] if k == s else [] for k in recipe.skills})]
     eval_store.write_json(layout.refreshed(stamp), {"version": stamp, "items": refreshed})
 
     hard = warehouse.query("SELECT prompt, correction FROM feedback_events WHERE rating = 'down' AND "
@@ -120,8 +129,8 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
     counts: dict[tuple[str, int], int] = {}
     for item in suite:
         counts[(item["skill"], item["tier"])] = counts.get((item["skill"], item["tier"]), 0) + 1
-    slices = [{"skill": s, "tier": t, "items": n, "private": recipe.is_private_slice(s, t, n)}
-              for (s, t), n in sorted(counts.items())]
+    slices = [{"skill": s, "tier": t, "items": n, "private": recipe.is_private_slice(s, t, n),
+               "horizon": (s, t) in horizon} for (s, t), n in sorted(counts.items())]
     private = {(s["skill"], s["tier"]) for s in slices if s["private"]}
     # Slices too small to keep private (every problem is one a user will ask) are scored but not counted,
     # so training on their problems is no leak.
@@ -140,14 +149,17 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
                  "mined": len(mined)},
     }
     storage.write_json(layout.EVAL_MANIFEST, manifest)
-    held = ", ".join(f"{skill} {ts[0]}-{ts[-1]}" for skill, ts in tiers.items())
+    held = ", ".join(f"{skill} {spans(ts)}" for skill, ts in tiers.items())
     if added:
-        context.log.info(f"the champion solves the suite's top tiers ({champion_scores}): sealed "
-                         + ", ".join(f"{skill} {ts}" for skill, ts in added.items()) + f" as grown v{grown['version']}")
+        context.log.info("the champion's scores at the suite's edge ("
+                         + ", ".join(f"{name} {v:.2f}" for name, v in champion_scores.items()) + "): sealed "
+                         + ", ".join(f"{skill} {spans(ts)}" for skill, ts in added.items())
+                         + f" as grown v{grown['version']}")
     context.log.info(f"eval suite {anchor['version']}: {manifest['sets']}, {len(manifest['hashes'])} sealed hashes")
     return MaterializeResult(metadata={
         "anchor_version": anchor["version"], "grown_version": grown["version"] or "none", "tiers": held,
-        "tiers_sealed_now": ", ".join(f"{skill} {ts[0]}-{ts[-1]}" for skill, ts in added.items()) or "none",
+        "tiers_sealed_now": ", ".join(f"{skill} {spans(ts)}" for skill, ts in added.items()) or "none",
+        "horizon_slices": ", ".join(slice_name(s, t) for s, t in sorted(horizon)) or "none",
         **{f"champion {name}": round(v, 3) for name, v in champion_scores.items()},
         "refreshed_version": stamp, **manifest["sets"],
         "private_slices": len(private), "sealed_hashes": len(manifest["hashes"]),

@@ -19,6 +19,7 @@ from dagster import (
     asset,
 )
 
+from ..ml.curriculum import HEADROOM, HORIZON
 from ..recipes.base import slice_name
 from ..resources import layout
 from ..resources.registry import CHALLENGER, CHAMPION, ModelRegistry
@@ -27,12 +28,12 @@ from ..settings import Settings
 from .evals import eval_suite, load_sets
 from .training import candidate_model
 
-HEADROOM = 0.5  # a slice the challenger answers less than half right still measures the next improvement
 HEADROOM_CHECK = AssetCheckSpec(
     "eval_headroom", asset="candidate_evaluation",
     description=f"Some counted slice is still under {HEADROOM:.0%} for the challenger, so the eval can measure the "
-                "next gain. eval_suite grows the suite ahead of the champion (RMI_EVAL_LEAD tiers); this fails "
-                "when the challenger jumped further in one cycle, or the recipe has no harder tier to make.")
+                "next gain. eval_suite grows the suite ahead of the champion (RMI_EVAL_LEAD tiers) and keeps a "
+                f"horizon slice the champion answers under {HORIZON:.0%}; this fails when the challenger jumped past "
+                "that in one cycle, or the recipe has no harder tier to make.")
 
 
 @asset(deps=[candidate_model, eval_suite], group_name="evaluation", kinds={"pytorch"}, check_specs=[HEADROOM_CHECK])

@@ -12,12 +12,20 @@ the models before it (for the very first champion, its own first rated answers).
 of its own is held to the rate users had then over all slices. So when users move to a kind of question the
 champion barely knows, what they experience regressed, and the check says so, though the model did not change;
 and a drift that begins just as a new champion starts serving is caught the same way.
+
+A new champion whose live thumbs-down on a slice rises significantly over its predecessor's (the same two-sided
+interval at the gate's confidence as the canary's verdict, past RMI_CANARY_TOLERANCE; slices the predecessor was
+rated on) is rolled back to it through the audited rollback path, and a person is alerted once
+(RMI_HEALTH_AUTO_ROLLBACK).
 """
+
+from datetime import UTC, datetime
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, ResourceParam, asset
 
 from ..recipes.base import slice_name
 from ..resources import layout
+from ..resources.notifier import Notifier
 from ..resources.registry import CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..resources.warehouse import Warehouse
@@ -29,7 +37,8 @@ MIN_RATED = 30  # fewer rated answers on a slice say nothing about its rate
 
 @asset(deps=[eval_suite], group_name="health", kinds={"pytorch", "duckdb"})
 def champion_health(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
-                    eval_store: ObjectStore, registry: ModelRegistry, warehouse: Warehouse) -> MaterializeResult:
+                    eval_store: ObjectStore, registry: ModelRegistry, warehouse: Warehouse,
+                    notifier: Notifier) -> MaterializeResult:
     """The champion on the current eval suite and its live thumbs-down rates per slice, against its baseline (its
     first check): `regressed` and the slices that fell, which regression_sensor acts on. Runs hourly, after every
     ingest and after every cycle."""
@@ -49,12 +58,12 @@ def champion_health(context: AssetExecutionContext, settings: ResourceParam[Sett
               for name, pair in sorted(Scored(tasks, [np.array(right, dtype=float)]).slices().items())}
 
     window = settings.health.window_events
-    down, down_all = live_rates(warehouse, str(champion.version), window)
+    down, down_all, rated = live_rates(warehouse, str(champion.version), window)
 
     key = layout.health_baseline(champion.version)
     if not storage.exists(key):  # the champion's first check is its baseline
-        before, before_all = live_rates(warehouse, str(champion.version), window, others=True)
-        storage.write_json(key, {"scores": scores, "down": before, "down_all": before_all})
+        before, before_all, before_rated = live_rates(warehouse, str(champion.version), window, others=True)
+        storage.write_json(key, {"scores": scores, "down": before, "down_all": before_all, "rated": before_rated})
     baseline = storage.read_json(key)
     if not baseline["down"] and down:  # the first champion: its first rated answers
         baseline |= {"down": down, "down_all": down_all}
@@ -71,10 +80,14 @@ def champion_health(context: AssetExecutionContext, settings: ResourceParam[Sett
         cells = [scores.get(name), baseline["scores"].get(name), down.get(name), held_to.get(name)]
         lines.append(f"| {name}{' (regressed)' if name in regressed else ''}{' (new)' if name in new_slices else ''}"
                      " | " + " | ".join("-" if c is None else f"{c:.2f}" for c in cells) + " |")
-    if regressed:
+    rolled_back = _roll_back_if_worse(context, settings, registry, notifier, str(champion.version), rated,
+                                      baseline.get("rated") or {})
+    if regressed and not rolled_back:
         context.log.warning(f"champion v{champion.version} regressed on {', '.join(regressed)}")
     return MaterializeResult(metadata={
-        "regressed": bool(regressed),
+        # a champion rolled back is no longer the one to fix: its successor, back in place, gets its own check
+        "regressed": bool(regressed) and not rolled_back,
+        "rolled_back": rolled_back or "no",
         "regressed_slices": MetadataValue.json(regressed),
         "champion_version": str(champion.version),
         "new_slices": ", ".join(new_slices) or "none",
@@ -87,10 +100,43 @@ def champion_health(context: AssetExecutionContext, settings: ResourceParam[Sett
     })
 
 
+def _roll_back_if_worse(context, settings: Settings, registry: ModelRegistry, notifier: Notifier, version: str,
+                        rated: dict, before: dict) -> str | None:
+    """When users are significantly worse off with the champion than with the models before it, on a slice both
+    were rated on, its predecessor returns through the audited rollback path; returns the verdict, or None.
+    Slices the predecessor was never rated on (users drifting to new questions) cannot say the release is worse."""
+    from dagster import AssetMaterialization
+
+    from ..ml.canary import Period, compare_all
+
+    history = registry.champion_history()
+    if not settings.health.auto_rollback or len(history) < 2 or history[-1] != version:
+        return None
+    periods = {s: [Period(*rated[s], *before[s])] for s in sorted(set(rated) & set(before))}
+    worse = [s for s in compare_all(periods, settings.gate.confidence, settings.canary.tolerance) if s.worse]
+    if not worse:
+        return None
+    w = max(worse, key=lambda s: s.low)
+    reason = (f"live thumbs-down of v{version} on {', '.join(s.name for s in worse)} rose significantly over its "
+              f"predecessor's: {w.name} {w.canary_down:.3f} against {w.champion_down:.3f} ({w.delta:+.3f}, "
+              f"{settings.gate.confidence:.0%} interval {w.low:+.3f} to {w.high:+.3f})")
+    before_v, after_v = registry.rollback({"override_action": "rollback", "override_by": "champion_health",
+                                           "override_at": datetime.now(UTC).isoformat(), "override_reason": reason,
+                                           "rolled_back_in_dagster_run": context.run.run_id})
+    context.log_event(AssetMaterialization("champion", description=f"rolled back by champion_health: {reason}",
+                                           metadata={"champion_version": after_v, "previous_champion": before_v,
+                                                     "override_by": "champion_health", "override_reason": reason}))
+    context.log.warning(f"champion v{before_v} -> v{after_v}, rolled back: {reason}")
+    notifier.notify("rollback", f"champion v{before_v} -> v{after_v}, rolled back automatically: {reason}. "
+                    "Look at what changed before promoting it again.", key=f"rollback-v{before_v}",
+                    run_id=context.run.run_id)
+    return f"v{before_v} -> v{after_v}: {reason}"
+
+
 def live_rates(warehouse: Warehouse, version: str, window: int,
-               others: bool = False) -> tuple[dict[str, float], float | None]:
+               others: bool = False) -> tuple[dict[str, float], float | None, dict[str, tuple[int, int]]]:
     """Thumbs-down rate per slice (slices with MIN_RATED answers) and over all, in the latest `window` rated answers
-    of a model version, or of every other version."""
+    of a model version, or of every other version; and those slices' (rated, thumbs-down) counts."""
     rows = warehouse.query(
         "SELECT skill, tier, count(*) AS rated, avg(CASE WHEN rating = 'down' THEN 1.0 ELSE 0.0 END) AS down"
         f" FROM (SELECT * FROM feedback_events WHERE model_version {'<>' if others else '='} ?"
@@ -98,5 +144,6 @@ def live_rates(warehouse: Warehouse, version: str, window: int,
     rows = sorted(({**r, "slice": slice_name(r["skill"], r["tier"])} for r in rows.to_dicts()),
                   key=lambda r: r["slice"])
     rated = sum(r["rated"] for r in rows)
-    return ({r["slice"]: r["down"] for r in rows if r["rated"] >= MIN_RATED},
-            sum(r["rated"] * r["down"] for r in rows) / rated if rated else None)
+    kept = [r for r in rows if r["rated"] >= MIN_RATED]
+    return ({r["slice"]: r["down"] for r in kept}, sum(r["rated"] * r["down"] for r in rows) / rated if rated else None,
+            {r["slice"]: (int(r["rated"]), round(r["rated"] * r["down"])) for r in kept})

@@ -1,21 +1,27 @@
-"""The champion: the alias moves to the challenger only when its evaluation says promote."""
+"""The champion: the alias moves to the challenger only when its evaluation says promote, and with
+RMI_PROMOTION=canary only after its users did not find it worse (assets/canary.py)."""
 
-
+import time
 from datetime import UTC, datetime
 
-from dagster import AssetExecutionContext, MaterializeResult, asset
+from dagster import AssetExecutionContext, MaterializeResult, ResourceParam, asset
 
 from ..resources import layout
 from ..resources.notifier import Notifier
-from ..resources.registry import CHALLENGER, CHAMPION, ModelRegistry
+from ..resources.registry import CANARY, CHALLENGER, CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
+from ..settings import Settings
+from .canary import STARTED_AT
 from .evaluation import candidate_evaluation
 
 
 @asset(deps=[candidate_evaluation], group_name="promotion", kinds={"mlflow"}, output_required=False)
-def champion(context: AssetExecutionContext, storage: ObjectStore, registry: ModelRegistry, notifier: Notifier):
+def champion(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
+             registry: ModelRegistry, notifier: Notifier):
     """The MLflow alias `champion` moves to the challenger when its evaluation says promote (one alias write, and an
-    alert); a rejected challenger leaves everything as it was. Materializes only when the champion changes."""
+    alert); a rejected challenger leaves everything as it was. With RMI_PROMOTION=canary a first model is promoted
+    so, and a later one becomes the canary instead, which canary_verdict promotes or aborts on what its users say.
+    Materializes only when the champion changes."""
     challenger = registry.version(CHALLENGER)
     if challenger is None:
         raise LookupError(f"model {registry.model_name!r} has no challenger")
@@ -29,9 +35,20 @@ def champion(context: AssetExecutionContext, storage: ObjectStore, registry: Mod
         return
     current = registry.version(CHAMPION)
     # the champion may already be this challenger: a promotion that died after its alias write is completed
-    if (current.version if current else None) not in (report["champion_version"], challenger.version):
+    if str(current.version if current else None) not in (str(report["champion_version"]), str(challenger.version)):
         raise RuntimeError(f"the champion moved since challenger v{challenger.version} was evaluated against "
                            f"v{report['champion_version']}; evaluate again before promoting")
+    if current is not None and settings.canary.promotion == "canary":
+        replaced = registry.version(CANARY)
+        registry.start_canary(challenger.version, {STARTED_AT: str(time.time()), "canary_started_in_dagster_run":
+                                                   context.run.run_id, "canary_share": str(settings.canary.share)})
+        if replaced is not None and str(replaced.version) != str(challenger.version):
+            registry.tag(replaced.version, {"canary_outcome": f"replaced by v{challenger.version}"})
+        context.log.info(f"challenger v{challenger.version} passed the offline gate: now the canary, answering "
+                         f"{settings.canary.share:.0%} of users beside champion v{current.version}"
+                         + (f" (it replaces canary v{replaced.version})" if replaced else "")
+                         + f". {decision['reason']}")
+        return
     previous = registry.promote(challenger.version, {
         "promoted_at": datetime.now(UTC).isoformat(), "promoted_by": "gate",
         "promoted_in_dagster_run": context.run.run_id,

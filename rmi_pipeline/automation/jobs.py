@@ -2,7 +2,7 @@
 
 from dagster import AssetSelection, define_asset_job
 
-from ..assets import CYCLE, FEEDBACK, champion_health
+from ..assets import CYCLE, FEEDBACK, canary_verdict, champion_health
 from ..assets.partitions import feedback_batches
 
 ingest_feedback = define_asset_job(
@@ -22,4 +22,10 @@ health_check = define_asset_job(
     "health_check",
     selection=AssetSelection.assets(champion_health),
     description="The champion on the current eval suite and its live thumbs-down rates, against its baseline.",
+)
+
+canary_trial = define_asset_job(
+    "canary_trial",
+    selection=AssetSelection.assets(canary_verdict),
+    description="The canary's users against the champion's: promote it, abort it, or wait for more rated answers.",
 )

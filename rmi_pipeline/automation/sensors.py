@@ -3,6 +3,7 @@
 new_feedback_sensor: every batch file that lands in feedback/incoming/ becomes a partition and an ingest run.
 enough_feedback_sensor: enough newly ingested feedback starts an improvement cycle.
 regression_sensor: a regressed champion_health starts a targeted cycle, within a retry budget.
+canary_sensor: while a canary is on trial, each ingest (and its time running out) asks canary_verdict for a verdict.
 """
 
 from dagster import (
@@ -17,14 +18,16 @@ from dagster import (
 )
 
 from ..assets import champion, champion_health, feedback_events, training_dataset
+from ..assets.canary import STARTED_AT
 from ..assets.partitions import can_be_partition, feedback_batches
 from ..assets.training import CandidateConfig, candidate_model
 from ..resources import layout
 from ..resources.notifier import Notifier
+from ..resources.registry import ModelRegistry
 from ..resources.storage import ObjectStore
 from ..schema import SUFFIXES, is_batch_file
 from ..settings import Settings
-from .jobs import improvement_cycle, ingest_feedback
+from .jobs import canary_trial, improvement_cycle, ingest_feedback
 
 
 @sensor(job=ingest_feedback, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
@@ -147,3 +150,28 @@ def regression_sensor(context: SensorEvaluationContext, settings: ResourceParam[
         run_config=RunConfig(ops={candidate_model.op.name: aim}),
         tags={**tags, "rmi/focus": named[:200], "rmi/attempt": str(len(attempts) + 1)},
     )
+
+
+@sensor(job=canary_trial, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
+        description="Every 30 s, while a canary is on trial: after each ingest of feedback, and once when "
+                    "RMI_CANARY_MAX_HOURS have passed, runs canary_verdict (promote, abort, or wait for "
+                    "RMI_CANARY_MIN_EVENTS rated canary answers).")
+def canary_sensor(context: SensorEvaluationContext, settings: ResourceParam[Settings], registry: ModelRegistry):
+    """One verdict per state of the event log (the newest feedback_events materialization) for each canary, and
+    one at its timeout; it reads the registry's alias, never the warehouse an ingest may hold."""
+    import time
+
+    from ..resources.registry import CANARY
+
+    canary = registry.version(CANARY)
+    if canary is None:
+        return SkipReason("no canary on trial")
+    latest = context.instance.fetch_materializations(feedback_events.key, limit=1).records
+    hours = (time.time() - float(canary.tags.get(STARTED_AT, time.time()))) / 3600
+    if hours >= settings.canary.max_hours:
+        key = f"canary-v{canary.version}-timeout"
+    elif latest:
+        key = f"canary-v{canary.version}-after-{latest[0].storage_id}"
+    else:
+        return SkipReason(f"canary v{canary.version}: no feedback ingested yet")
+    return RunRequest(run_key=key, tags={"rmi/trigger": "canary", "rmi/canary": str(canary.version)})

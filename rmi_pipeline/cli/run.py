@@ -45,10 +45,11 @@ def cmd_run(args) -> int:
 
 
 def _cycles(cycles: int, defs, instance, world) -> list:
+    from ..assets import canary_verdict
     from ..automation.dead_runs import process_tags
     from ..automation.in_process import QUIET_LOGS, ingest_new_batches
-    from ..automation.jobs import improvement_cycle
-    from ..resources.registry import CHAMPION
+    from ..automation.jobs import canary_trial, improvement_cycle
+    from ..resources.registry import CANARY, CHAMPION
     from ..serving.process import wait_ready
     from .report import CycleRecord
 
@@ -70,6 +71,14 @@ def _cycles(cycles: int, defs, instance, world) -> list:
             record.ingest = ingest_new_batches(defs, instance)
             record.seconds["ingest"] = time.perf_counter() - t
             say(f"[cycle {cycle}] ingested: {record.ingest}")
+            if world.registry.version(CANARY) is not None:  # canary_sensor's run, here after each ingest
+                trial = defs.resolve_job_def(canary_trial.name).execute_in_process(
+                    instance=instance, raise_on_error=False, run_config=QUIET_LOGS,
+                    tags={"rmi/cycle": str(cycle), "rmi/trigger": "rmi-run", **process_tags()})
+                verdicts = [e.materialization.metadata["reason"].value
+                            for e in trial.get_asset_materialization_events() if e.asset_key == canary_verdict.key]
+                say(f"[cycle {cycle}] canary: "
+                    + (verdicts[0] if verdicts else f"the verdict failed; see `make ui`, run {trial.run_id}"))
         say(f"[cycle {cycle}] improvement cycle: dataset -> training -> evaluation -> gate")
         before = world.registry.version(CHAMPION)
         result = defs.resolve_job_def(improvement_cycle.name).execute_in_process(

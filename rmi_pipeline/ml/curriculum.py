@@ -12,6 +12,9 @@ import random
 from .tasks import slice_name
 
 GROWTH_PER_CYCLE = 6  # tiers the eval suite may add per skill in one cycle
+HEADROOM = 0.5  # a slice a model answers less than half right still measures its next improvement
+HORIZON = HEADROOM / 2  # a horizon slice is the first tier past the suite where the champion is right this seldom
+FAR = 4  # and a second one this many times further out, which keeps the headroom through a long jump
 FULL_COUNT_TIER = 10  # past this tier, fewer problems are made, in proportion (problems_at)
 
 
@@ -42,12 +45,12 @@ def first_unsolved(solves, first: int, last: int) -> int:
 
 
 def reach(recipe, slices: list[dict]) -> dict[str, int]:
-    """{skill: the hardest tier worth practising}: the eval suite's top tier (the manifest's `slices`), which grows
-    ahead of the champion. A gain past it is one the gate cannot measure, so no promotion can reward it, and the
+    """{skill: the hardest tier worth practising}: the eval suite's top tier (the manifest's `slices`, horizon slices
+    aside), which grows ahead of the champion. Past it the gate sees only horizon slices, and the
     problems there cost the most: with no such bound, a champion that generalized to 190-digit sums while the suite
     held 28 spent 111 s of its cycle practising them and 130 s training on them."""
-    top = {s: max((int(x["tier"]) for x in slices if x["skill"] == s), default=recipe.hardest_tier)
-           for s in recipe.skills}
+    top = {s: max((int(x["tier"]) for x in slices if x["skill"] == s and not x.get("horizon")),
+                  default=recipe.hardest_tier) for s in recipe.skills}
     return {s: min(t, recipe.hardest_tier) for s, t in top.items()}
 
 
@@ -68,44 +71,84 @@ def frontier(recipe, model, rng: random.Random, per_tier: int, saturation: float
     return tiers, accuracy
 
 
+def horizon(recipe, model, skill: str, above: int, rng: random.Random, per_tier: int,
+            scores: dict) -> tuple[int, list] | None:
+    """(tier, its problems): the first tier past `above` where the model answers fewer than HORIZON of fresh
+    problems, found at doubling steps and then by halving (scores go into `scores`), or None up to the recipe's
+    hardest. problems_at of `per_tier` are drawn there: they only need to show the model still failing."""
+    drawn = {}
+
+    def holds(tier: int) -> bool:
+        drawn[tier] = recipe.build_eval_suite(rng, problems_at(per_tier, tier),
+                                              {s: [tier] if s == skill else [] for s in recipe.skills})
+        scores[slice_name(skill, tier)] = sum(recipe.correct(model, drawn[tier])) / len(drawn[tier])
+        return scores[slice_name(skill, tier)] >= HORIZON
+
+    tier = first_unsolved(holds, above + 1, recipe.hardest_tier)
+    return (tier, drawn[tier]) if tier in drawn else None
+
+
 def suite_growth(recipe, model, items: list[dict], saturation: float, lead: int, rng: random.Random,
-                 per_tier: int) -> tuple[list, dict, dict]:
-    """(new eval tasks, {skill: tiers they add}, {"skill/tier": the model's score}): what keeps `lead` tiers in the
-    suite past the highest the model solves (`saturation`). The suite's top `lead` tiers of each skill are scored
-    on its own items, hardest first; when the model solves the top one, the next tiers are drawn and scored one at
-    a time while it solves them (a champion may climb many tiers in a cycle), at most GROWTH_PER_CYCLE tiers past the
-    top and up to the recipe's hardest: a champion far past the suite is followed over several cycles, so the eval's
-    cost grows by a bounded step."""
-    from .scoring import eval_tasks
+                 per_tier: int) -> tuple[list[dict], dict, dict]:
+    """(new eval items, {skill: tiers they add}, {"skill/tier": the model's score}): what keeps `lead` tiers in the
+    suite past the highest the model solves (`saturation`), and one slice it still fails. The suite's top `lead`
+    tiers of each skill are scored on its own items, hardest first; when the model solves the top one, the next
+    tiers are drawn and scored one at a time while it solves them (a champion may climb many tiers in a cycle), at
+    most GROWTH_PER_CYCLE tiers past the top and up to the recipe's hardest: a champion far past the suite is
+    followed over several cycles, so the eval's cost grows by a bounded step. A model that generalizes further
+    than that (this recipe's addition: 60-85 digits after a cycle or two) still answers the suite's hardest slice
+    at HORIZON or better, and then two horizon slices are sealed past it (items marked "horizon"): the first tier
+    it answers under HORIZON, and FAR times as many digits. Counted by the gate, so the next gain out there shows,
+    but not tiers practice reaches or the suite grows from."""
     from .tasks import Task
 
     by_slice: dict[tuple[str, int], list[Task]] = {}
-    for _, task in eval_tasks({"suite": items}):
-        by_slice.setdefault((task.skill, task.tier), []).append(task)
+    for item in items:
+        by_slice.setdefault((item["skill"], int(item["tier"])), []).append(
+            Task(item["prompt"], item["answer"], item["skill"], int(item["tier"])))
+    dense = {(i["skill"], int(i["tier"])) for i in items if not i.get("horizon")}
     new, grow, scores = [], {}, {}
 
-    def solves(skill: str, tier: int, tasks: list[Task]) -> bool:
-        scores[slice_name(skill, tier)] = sum(recipe.correct(model, tasks)) / len(tasks)
-        return scores[slice_name(skill, tier)] >= saturation
+    def solves(skill: str, tier: int, tasks: list[Task], at: float = saturation) -> bool:
+        if slice_name(skill, tier) not in scores:
+            scores[slice_name(skill, tier)] = sum(recipe.correct(model, tasks)) / len(tasks)
+        return scores[slice_name(skill, tier)] >= at
 
     def draw(skill: str, tiers: list[int]) -> list[Task]:
-        return recipe.build_eval_suite(rng, per_tier, {s: tiers if s == skill else [] for s in recipe.skills})
+        tasks = recipe.build_eval_suite(rng, per_tier, {s: tiers if s == skill else [] for s in recipe.skills})
+        for task in tasks:
+            by_slice.setdefault((skill, task.tier), []).append(task)
+        new.extend(vars(t) for t in tasks)
+        return tasks
 
     for skill in recipe.skills:
-        top = max(t for s, t in by_slice if s == skill)
+        top = max(t for s, t in dense if s == skill)
         solved = next((t for t in range(top, max(top - lead, 0), -1)
-                       if by_slice.get((skill, t)) and solves(skill, t, by_slice[(skill, t)])), None)
-        if solved is None:
-            continue
-        drawn, ceiling = top, min(top + GROWTH_PER_CYCLE, recipe.hardest_tier)
-        while solved == drawn < ceiling:
-            drawn += 1
-            tasks = draw(skill, [drawn])
-            new += tasks
-            if solves(skill, drawn, tasks):
-                solved = drawn
-        last = min(solved + lead, ceiling)
-        new += draw(skill, list(range(drawn + 1, last + 1)))
-        if last > top:
+                       if (skill, t) in by_slice and solves(skill, t, by_slice[(skill, t)])), None)
+        if solved is not None:
+            drawn, ceiling = top, min(top + GROWTH_PER_CYCLE, recipe.hardest_tier)
+            while solved == drawn < ceiling:
+                drawn += 1
+                by_slice.pop((skill, drawn), None)  # a horizon slice there is scored again with the new items
+                scores.pop(slice_name(skill, drawn), None)
+                if solves(skill, drawn, draw(skill, [drawn])):
+                    solved = drawn
+            last = min(solved + lead, ceiling)
+            draw(skill, list(range(drawn + 1, last + 1)))
             grow[skill] = list(range(top + 1, last + 1))
-    return new, grow, scores
+        hardest = max(t for s, t in by_slice if s == skill)
+        if not solves(skill, hardest, by_slice[(skill, hardest)], at=HORIZON):
+            continue
+        found = horizon(recipe, model, skill, hardest, rng, per_tier, scores)
+        if found is None:
+            continue
+        tier, tasks = found
+        far = min(FAR * tier, recipe.hardest_tier)
+        if far > tier:  # one cycle may carry a champion past `tier` (this recipe's: from 60 to 250 digits)
+            further = recipe.build_eval_suite(rng, problems_at(per_tier, far),
+                                              {s: [far] if s == skill else [] for s in recipe.skills})
+            solves(skill, far, further)
+            tasks = tasks + further
+        new.extend({**vars(t), "horizon": True} for t in tasks)
+        grow[skill] = grow.get(skill, []) + sorted({tier, far})
+    return new, {s: ts for s, ts in grow.items() if ts}, scores

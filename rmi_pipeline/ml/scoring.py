@@ -67,12 +67,13 @@ class Scored:
 
 
 def top_tier(slices: dict[str, Paired], skill: str, model: int, saturation: float) -> int:
-    """The highest tier up to which a model (0 challenger, 1 champion) scores `saturation` on every slice of a skill
-    (0: none); `slices` as Scored.slices gives them."""
+    """The highest tier up to which a model (0 challenger, 1 champion) scores `saturation` on every slice of a skill,
+    with no tier missing on the way (0: none; a horizon slice past a gap is not 'every tier up to it');
+    `slices` as Scored.slices gives them."""
     top = 0
     for tier in sorted(int(name.split("/")[1]) for name in slices if name.split("/")[0] == skill):
         paired = slices[slice_name(skill, tier)]
-        if (paired.challenger if model == 0 else paired.champion).mean() < saturation:
+        if (top and tier != top + 1) or (paired.challenger if model == 0 else paired.champion).mean() < saturation:
             break
         top = tier
     return top

@@ -14,6 +14,17 @@ def slice_name(skill: str, tier: int | str) -> str:
     return f"{skill}/{tier}"
 
 
+def spans(tiers: list[int]) -> str:
+    """Tiers as runs of consecutive ones: [1, 2, 3, 40] -> '1-3, 40'."""
+    runs: list[list[int]] = []
+    for tier in sorted(tiers):
+        if runs and tier == runs[-1][-1] + 1:
+            runs[-1].append(tier)
+        else:
+            runs.append([tier])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
 @dataclass(frozen=True)
 class Task:
     """One problem with its true answer; `skill` and `tier` name its slice."""

@@ -95,12 +95,16 @@ def champion_checkpoint(version: str) -> str:
     return f"{CHAMPION_CHECKPOINTS}/v{version}.pt"
 
 
-# judgements: the gate's report on a challenger, and each champion's health baseline
+# judgements: the gate's report on a challenger, a canary's live verdict, and each champion's health baseline
 EVALUATIONS = "evaluations"
 
 
 def evaluation(version: str) -> str:
     return f"{EVALUATIONS}/v{version}.json"
+
+
+def canary_verdict(version: str) -> str:
+    return f"canary/v{version}.json"
 
 
 def health_baseline(version: str) -> str:

@@ -1,4 +1,4 @@
-"""The one place that talks to MLflow: runs, checkpoints, model versions and the champion/challenger aliases.
+"""The one place that talks to MLflow: runs, checkpoints, model versions and the champion/challenger/canary aliases.
 
 Promotion is a single alias move, so a failed gate, run or crash can never leave the champion half-moved; the
 champion's history is reconciled with the alias whenever it is read.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dagster import ConfigurableResource
 
-CHAMPION, CHALLENGER = "champion", "challenger"
+CHAMPION, CHALLENGER, CANARY = "champion", "challenger", "canary"
 MODEL = "model"  # the run's artifact folder that holds the MLflow model a version is made from
 HISTORY = "champion_history"  # registered-model tag: the versions that have been champion, oldest first
 
@@ -191,6 +191,21 @@ class ModelRegistry(ConfigurableResource):
         self._write_history(history[:-1])
         self.tag(back, tags)
         return current, back
+
+    def start_canary(self, version: str | int, tags: dict[str, str]) -> None:
+        """Point `canary` at a version that passed the offline gate: the gateway sends a share of users to it."""
+        client = self.client()
+        self.tag(version, tags)
+        client.set_registered_model_alias(self.model_name, CANARY, str(version))
+
+    def end_canary(self, tags: dict[str, str]) -> str | None:
+        """Remove `canary` (all users back on the champion); returns the version it named, tagged with `tags`."""
+        current = self.version(CANARY)
+        if current is None:
+            return None
+        self.client().delete_registered_model_alias(self.model_name, CANARY)
+        self.tag(current.version, tags)
+        return str(current.version)
 
     def _write_history(self, history: list[str]) -> None:
         self.client().set_registered_model_tag(self.model_name, HISTORY, ",".join(history[-200:]))

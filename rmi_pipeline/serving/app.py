@@ -4,6 +4,7 @@
     POST /v1/completions  the OpenAI completions shape, for clients that already speak it
     POST /v1/feedback     {response_id, rating, correction?, comment?} -> 202 once the event is on disk
     POST /v1/flush        write what the log holds into feedback batch files now
+    GET  /v1/shadow       with RMI_SHADOW=true: the challenger's unseen answers to the same requests, per slice
     GET  /healthz  /readyz  /metrics  /   liveness, a champion loaded, Prometheus text, a chat page
 
 Answers and feedback are data: they are stored and counted, never logged at INFO, never executed.
@@ -18,6 +19,7 @@ import json
 import logging
 import time
 from contextlib import asynccontextmanager
+from functools import partial
 from importlib import resources as package_files
 from typing import Literal
 
@@ -26,11 +28,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..resources.registry import CANARY, CHALLENGER, CHAMPION
 from ..settings import Serving, Settings
 from .log import FeedbackLog, LogUnavailable, UnknownResponse, new_response_id
+from .routing import in_canary
+from .shadow import Shadow
 
 log = logging.getLogger("rmi.serve")
-ROUTES = ("/v1/answers", "/v1/completions", "/v1/feedback", "/v1/flush", "/healthz", "/readyz", "/metrics", "/")
+ROUTES = ("/v1/answers", "/v1/completions", "/v1/feedback", "/v1/flush", "/v1/shadow", "/healthz", "/readyz",
+          "/metrics", "/")
 OPEN = ("/", "/healthz", "/readyz", "/metrics")  # read-only, and what probes and scrapers call without a key
 
 
@@ -79,32 +85,59 @@ class Gateway:
         resources = build_resources(settings)
         storage = resources["storage"]
         self.write_batch = lambda name, data: storage.write_bytes(layout.incoming(name), data)
-        self.model = FollowedModel(resources["registry"], self.recipe, alias, self.config.reload_seconds)
+        registry = resources["registry"]
+        self.model = FollowedModel(registry, self.recipe, alias, self.config.reload_seconds)
+        # the gateway of the champion also answers a share of users with the canary while one is on trial
+        self.canary = (FollowedModel(registry, self.recipe, CANARY, self.config.reload_seconds, drop_when_gone=True)
+                       if alias == CHAMPION and self.config.canary_share > 0 else None)
+        self.shadow = (Shadow(FollowedModel(registry, self.recipe, CHALLENGER, self.config.reload_seconds,
+                                            drop_when_gone=True), self.recipe) if self.config.shadow else None)
         self.log = FeedbackLog(self.config.log_path, max_bytes=self.config.log_max_bytes,
                                window_seconds=self.config.feedback_window_seconds)
         self.metrics = Metrics(self)
-        self.batcher = Batcher(self._forward, self._record, self.config.max_batch, self.config.max_wait_ms)
+        self.batchers = {arm: Batcher(partial(self._forward, followed), partial(self._record, arm),
+                                      self.config.max_batch, self.config.max_wait_ms)
+                         for arm, followed in ((alias, self.model), (CANARY, self.canary)) if followed}
         self.limiter = RateLimiter(self.config.rate_limit)
 
-    def _forward(self, prompts: list[str]) -> tuple[str, list[str]]:
-        loaded = self.model.current  # held for the whole batch: a swap meanwhile changes the next batch only
+    @property
+    def followed(self) -> list:
+        return [m for m in (self.model, self.canary, self.shadow and self.shadow.followed) if m]
+
+    def _forward(self, followed, prompts: list[str]) -> tuple[str, list[str]]:
+        loaded = followed.current  # held for the whole batch: a swap meanwhile changes the next batch only
         if loaded is None:
             raise NotReady()
         return loaded.version, self.recipe.answer(loaded.model, prompts)
 
-    async def answer(self, prompts: list[str], user_id: str) -> list[dict]:
-        return await self.batcher.answer(prompts, user_id)
+    def arm(self, user_id: str) -> str:
+        """The canary for its share of users while one is loaded, else the gateway's own alias."""
+        canary = self.canary.current if self.canary else None
+        if canary and in_canary(user_id, canary.version, self.config.canary_share):
+            return CANARY
+        return self.alias
 
-    async def _record(self, batch, version: str, completions: list[str]) -> list[list[dict]]:
+    async def answer(self, prompts: list[str], user_id: str) -> list[dict]:
+        arm = self.arm(user_id)
+        try:
+            return await self.batchers[arm].answer(prompts, user_id)
+        except NotReady:
+            if arm == self.alias:
+                raise
+            return await self.batchers[self.alias].answer(prompts, user_id)  # the canary ended meanwhile
+
+    async def _record(self, arm: str, batch, version: str, completions: list[str]) -> list[list[dict]]:
         """A batch's answers, each with a response id, committed to the log in one go before anyone sees them
         (so that feedback on them finds them, even after a restart)."""
         self.metrics.batch.observe(len(completions))
         done, answers = iter(completions), []
         for item in batch:
             answers.append([{"response_id": new_response_id(), "completion": next(done), "model_version": version,
-                             "prompt": p, "user_id": item.context, "arm": self.alias, "skill": self._skill(p)}
+                             "prompt": p, "user_id": item.context, "arm": arm, "skill": self._skill(p)}
                             for p in item.prompts])
         await asyncio.wrap_future(self.log.record_answers([a for share in answers for a in share]))
+        if self.shadow and arm == self.alias:  # after the answers are safe: the shadow never delays them
+            self.shadow.submit(version, [p for item in batch for p in item.prompts], completions)
         return answers
 
     def _skill(self, prompt: str) -> str | None:
@@ -163,18 +196,24 @@ def build_app(settings: Settings, alias: str = "champion") -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        await asyncio.to_thread(gateway.model.start)
+        for followed in gateway.followed:
+            await asyncio.to_thread(followed.start)
         import gc
 
         gc.freeze()  # what start-up made lives on: collections stop rescanning it (long pauses under load)
-        gateway.batcher.start()
+        for batcher in gateway.batchers.values():
+            batcher.start()
         flusher = asyncio.get_running_loop().create_task(gateway.keep_flushing())
         log.info("gateway ready to answer with %s@%s", gateway.model_name, alias) if gateway.model.current else \
             log.warning("no version has the alias %s yet: /readyz says 503 until one does", alias)
         yield
         flusher.cancel()
-        await gateway.batcher.stop()
-        gateway.model.stop()
+        for batcher in gateway.batchers.values():
+            await batcher.stop()
+        for followed in gateway.followed:
+            followed.stop()
+        if gateway.shadow:
+            gateway.shadow.stop()
         try:
             await gateway.flush()
         except Exception as exc:  # noqa: BLE001 - kept in the log: the next start writes it
@@ -271,6 +310,12 @@ def build_app(settings: Settings, alias: str = "champion") -> FastAPI:
                 from None
         return {"batches": names}
 
+    @app.get("/v1/shadow", dependencies=guarded, summary="The challenger in shadow: agreement, reward, latency")
+    async def shadow() -> dict:
+        if gateway.shadow is None:
+            raise HTTPException(404, "shadow mode is off (RMI_SHADOW=true turns it on)")
+        return gateway.shadow.report()
+
     @app.get("/healthz", summary="The process answers")
     async def healthz() -> dict:
         return {"ok": True}
@@ -281,7 +326,9 @@ def build_app(settings: Settings, alias: str = "champion") -> FastAPI:
         if loaded is None:
             return JSONResponse({"ready": False, "alias": alias, "reason": gateway.model.last_error or
                                  f"no version of {gateway.model_name!r} has the alias {alias!r} yet"}, 503)
-        return JSONResponse({"ready": True, "alias": alias, "model_version": loaded.version})
+        canary = gateway.canary.current if gateway.canary else None
+        return JSONResponse({"ready": True, "alias": alias, "model_version": loaded.version,
+                             **({"canary_version": canary.version} if canary else {})})
 
     @app.get("/metrics", summary="Prometheus text format")
     async def metrics() -> Response:

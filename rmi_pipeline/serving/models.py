@@ -24,8 +24,11 @@ class Loaded:
 
 
 class FollowedModel:
-    def __init__(self, registry, recipe, alias: str, reload_seconds: float):
+    def __init__(self, registry, recipe, alias: str, reload_seconds: float, drop_when_gone: bool = False):
+        """`drop_when_gone`: stop answering when the alias is removed (a canary that ended); the champion keeps
+        answering with what it has when the registry names none, or cannot be reached."""
         self.registry, self.recipe, self.alias, self.reload_seconds = registry, recipe, alias, reload_seconds
+        self.drop_when_gone = drop_when_gone
         self.current: Loaded | None = None
         self.last_error: str | None = None
         self._stop = threading.Event()
@@ -43,6 +46,10 @@ class FollowedModel:
         """Load the version behind the alias if it is not the one answering; True when it swapped one in."""
         try:
             mv = self.registry.version(self.alias)
+            if mv is None and self.drop_when_gone and self.current is not None:
+                log.info("@%s v%s ended: no longer answering with it", self.alias, self.current.version)
+                self.current = None
+                return True
             if mv is None or (self.current and self.current.version == str(mv.version)):
                 return False
             started = time.perf_counter()

@@ -1,0 +1,107 @@
+"""canary_verdict: the live A/B between the canary and the champion, and the alias move that follows.
+
+With RMI_PROMOTION=canary a challenger that passes the offline gate is not promoted yet: `champion` points the
+alias `canary` at it, and the gateway answers RMI_CANARY_SHARE of users with it (sticky per user). This asset
+judges the canary on what those users said (ml/canary.py): promote (the champion alias moves to it, one write),
+abort (the canary alias is removed, every user is back on the champion, a person is alerted once with the
+evidence), or wait for more rated answers. canary_sensor runs it after each ingest while a canary is on trial,
+and once more when RMI_CANARY_MAX_HOURS have passed.
+"""
+
+import time
+from datetime import UTC, datetime
+
+from dagster import AssetExecutionContext, AssetMaterialization, MaterializeResult, MetadataValue, ResourceParam, asset
+
+from ..resources import layout
+from ..resources.notifier import Notifier
+from ..resources.registry import CANARY, CHAMPION, ModelRegistry
+from ..resources.storage import ObjectStore
+from ..resources.warehouse import Warehouse
+from ..settings import Settings
+from .feedback import feedback_events
+
+STARTED_AT = "canary_started_at"  # model version tag: when the canary alias was set (Unix seconds)
+
+
+@asset(deps=[feedback_events], group_name="promotion", kinds={"mlflow", "duckdb"})
+def canary_verdict(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
+                   registry: ModelRegistry, warehouse: Warehouse, notifier: Notifier) -> MaterializeResult:
+    """The canary's users against the champion's over the same feedback batches: thumbs-down per slice with an
+    interval at the gate's confidence. Promotes the canary, aborts it (alias removed, one alert) or waits for
+    RMI_CANARY_MIN_EVENTS rated answers (RMI_CANARY_MAX_HOURS at most, then decides on what there is)."""
+    from ..ml.canary import ABORT, PROMOTE, judge
+
+    canary, champion = registry.version(CANARY), registry.version(CHAMPION)
+    if canary is None:
+        return MaterializeResult(metadata={"verdict": "none", "reason": "No canary on trial."})
+    version = str(canary.version)
+    if champion is not None and str(champion.version) == version:  # a promotion that died before its last write
+        registry.end_canary({"canary_outcome": "promoted"})
+        return MaterializeResult(metadata={"verdict": "promote", "canary_version": version,
+                                           "reason": f"v{version} is already the champion: its canary alias ended."})
+    rules = settings.canary
+    started = float(canary.tags.get(STARTED_AT, time.time()))
+    hours = (time.time() - started) / 3600
+    periods = live_periods(warehouse, version, str(champion.version), datetime.fromtimestamp(started, UTC))
+    verdict = judge(periods, confidence=settings.gate.confidence,
+                    tolerance=rules.tolerance, min_events=rules.min_events, timed_out=hours >= rules.max_hours,
+                    canary_version=version, champion_version=str(champion.version))
+    context.log.info(verdict.reason)
+    storage.write_json(layout.canary_verdict(version), {**verdict.as_dict(), "hours": hours,
+                                                        "champion_version": str(champion.version)})
+    if verdict.action == PROMOTE:
+        previous = registry.promote(version, {"promoted_at": datetime.now(UTC).isoformat(), "promoted_by": "canary",
+                                              "promoted_in_dagster_run": context.run.run_id})
+        registry.end_canary({"canary_outcome": "promoted"})
+        context.log_event(AssetMaterialization("champion", description="promoted by canary_verdict", metadata={
+            "champion_version": version, "previous_champion": previous or "none", "promoted_by": "canary",
+            "reason": verdict.reason}))
+        notifier.notify("promotion", f"champion v{previous} -> v{version} after its canary. {verdict.reason}",
+                        key=f"promotion-{version}", run_id=context.run.run_id)
+    elif verdict.action == ABORT:
+        registry.end_canary({"canary_outcome": "aborted", "canary_reason": verdict.reason[:4000]})
+        notifier.notify("canary", f"{verdict.reason} All users are back on champion v{champion.version}.",
+                        key=f"canary-abort-{version}", run_id=context.run.run_id)
+    return MaterializeResult(metadata={
+        "verdict": verdict.action, "reason": verdict.reason, "canary_version": version,
+        "champion_version": str(champion.version), "canary_rated": verdict.canary_rated,
+        "champion_rated": verdict.champion_rated, "hours_on_trial": round(hours, 3),
+        **{f"thumbs_down_delta {s.name}": round(s.delta, 4) for s in verdict.slices if s.delta is not None},
+        "verdict_table": MetadataValue.md(markdown(verdict)),
+    })
+
+
+def live_periods(warehouse: Warehouse, canary: str, champion: str, since: datetime) -> dict:
+    """{slice: [Period]}: rated answers and thumbs-down of each arm since the trial began, per feedback batch the
+    canary answered in (a version put on trial again is judged on its new trial only)."""
+    from ..ml.canary import Period
+    from ..recipes.base import slice_name
+
+    rows = warehouse.query(
+        "SELECT batch_id, skill, tier, model_version = ? AS canary, count(*) AS rated,"
+        " sum(CASE WHEN rating = 'down' THEN 1 ELSE 0 END) AS down FROM feedback_events"
+        " WHERE rating IS NOT NULL AND tier IS NOT NULL AND model_version IN (?, ?) AND ts >= ?"
+        " AND batch_id IN (SELECT DISTINCT batch_id FROM feedback_events WHERE model_version = ? AND ts >= ?)"
+        " GROUP BY ALL", [canary, canary, champion, since, canary, since])
+    cells: dict[tuple[str, str], dict[bool, tuple[int, int]]] = {}
+    for r in rows.iter_rows(named=True):
+        cells.setdefault((slice_name(r["skill"], r["tier"]), r["batch_id"]), {})[r["canary"]] = (r["rated"], r["down"])
+    periods: dict[str, list] = {}
+    for (name, _), arms in sorted(cells.items()):
+        (n1, d1), (n0, d0) = arms.get(True, (0, 0)), arms.get(False, (0, 0))
+        periods.setdefault(name, []).append(Period(int(n1), int(d1), int(n0), int(d0)))
+    return periods
+
+
+def markdown(verdict) -> str:
+    """The verdict as the UI shows it: one sentence, then every slice's thumbs-down on each arm."""
+    lines = [verdict.reason, "", "| slice | canary rated | canary down | champion rated | champion down | delta | "
+             "interval | |", "|---|---|---|---|---|---|---|---|"]
+    cell = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+    for s in verdict.slices:
+        interval = f"{s.low:+.3f} to {s.high:+.3f}" if s.judged else "too few to judge"
+        lines.append(f"| {s.name} | {s.canary_rated} | {cell(s.canary_down, '.3f')} | {s.champion_rated} | "
+                     f"{cell(s.champion_down, '.3f')} | {cell(s.delta, '+.3f')} | {interval} | "
+                     f"{'worse' if s.worse else ''} |")
+    return "\n".join(lines)
