@@ -156,7 +156,8 @@ def _task(recipe, prompt: str):
 
 def _run(tmp: str, name: str, mix: dict, first: int, cycles: int, env: dict | None = None) -> list[dict]:
     out = Path(tmp) / f"{name}.json"
-    env = {**os.environ, "RMI_HOME": str(Path(tmp) / name), "RMI_MIX": json.dumps(mix),
+    # the offline gate promotes: these runs compare methods, not live trials (their users answer one champion)
+    env = {**os.environ, "RMI_HOME": str(Path(tmp) / name), "RMI_MIX": json.dumps(mix), "RMI_PROMOTION": "offline",
            "MLFLOW_DISABLE_TELEMETRY": "true", "OMP_WAIT_POLICY": "PASSIVE", **NO_TIME_CAPS, **(env or {})}
     subprocess.run([sys.executable, __file__, "--run", name, "--first", str(first), "--cycles", str(cycles),
                     "--out", str(out)], env=env, check=True)

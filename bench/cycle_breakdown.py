@@ -19,6 +19,7 @@ from pathlib import Path
 def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="rmi-bench-"))
     os.environ["RMI_HOME"] = str(home)
+    os.environ.setdefault("RMI_PROMOTION", "offline")  # one cycle's stages, not a live trial
     from rmi_pipeline.automation.in_process import QUIET_LOGS, ingest_new_batches
     from rmi_pipeline.cli.home import prepare_home
     from rmi_pipeline.settings import Settings

@@ -32,6 +32,7 @@ def main() -> None:
     home = args.home or Path(tempfile.mkdtemp(prefix="rmi-drift-")) / "home"
     os.environ["RMI_HOME"] = str(home)
     os.environ["RMI_REGRESSION_BACKOFF_SECONDS"] = "0"
+    os.environ.setdefault("RMI_PROMOTION", "offline")  # the time to a fix through the gate, not a live trial
     from dagster import DagsterInstance, RunRequest, build_sensor_context
 
     from rmi_pipeline.automation.in_process import QUIET_LOGS, ingest_new_batches

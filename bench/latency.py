@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="rmi-latency-")) / "home"
     os.environ["RMI_HOME"] = str(home)
+    os.environ.setdefault("RMI_PROMOTION", "offline")  # feedback to promotion through the gate; a canary would wait
     from dagster import DagsterInstance, RunsFilter
     from dagster_dev import dagster_dev, wait_for
 

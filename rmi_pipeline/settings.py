@@ -78,7 +78,7 @@ class Regression:
 class Canary:
     """The live trial of a challenger that passed the offline gate (assets/canary.py)."""
 
-    promotion: str  # "canary" or "offline"
+    promotion: str  # "auto", "canary" or "offline"
     share: float
     min_events: int
     max_hours: float
@@ -260,10 +260,10 @@ class Settings(BaseSettings):
                                     "store is out of reach: beyond it, feedback gets 503 and is not acknowledged.")
 
     # live trial before promotion
-    promotion: Literal["canary", "offline"] = Field(default="offline", description="canary: a challenger that "
-                                                    "passes the offline gate answers RMI_CANARY_SHARE of users "
-                                                    "first, and canary_verdict promotes or aborts it on their "
-                                                    "thumbs-down; offline: the gate alone promotes.")
+    promotion: Literal["auto", "canary", "offline"] = Field(
+        default="auto", description="canary: a challenger that passes the offline gate answers RMI_CANARY_SHARE of "
+        "users first, and canary_verdict promotes or aborts it on their thumbs-down; offline: the gate alone "
+        "promotes; auto: canary while an `rmi serve` of the champion is running, else offline.")
     canary_share: float = Field(default=0.1, ge=0, le=1, description="Share of users (sticky, by a hash of the "
                                 "user id) the gateway sends to the canary.")
     canary_min_events: int = Field(default=2000, ge=1, description="Rated canary answers before the verdict (2,000 "

@@ -227,3 +227,22 @@ def test_a_champion_users_are_worse_off_with_is_rolled_back_to_its_predecessor_a
         assert len(rollbacks) == 1 and rollbacks[0].startswith("[rmi rollback] champion v2 -> v1, rolled back")
     finally:
         registry.promote("1", {"promoted_by": "test"})
+
+
+def test_auto_promotion_is_canary_exactly_while_a_gateway_of_the_champion_serves(served, monkeypatch):
+    from rmi_pipeline.assets.canary import serving_gateways
+
+    for key, value in served["env"].items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+    storage = build_resources(settings)["storage"]
+    assert settings.canary.promotion == "auto" and serving_gateways(storage) == []
+    with gateway_in_thread(settings):
+        [said] = serving_gateways(storage)  # it says so from its start
+        assert said["alias"] == "champion" and said["canary_share"] == settings.canary_share
+    assert serving_gateways(storage) == []  # and takes it back when it stops
+    storage.write_json(layout.gateway("gone"), {"alias": "champion", "canary_share": 0.1, "at": time.time() - 60})
+    assert serving_gateways(storage) == []  # a gateway killed before it could say so: its word ages out
+    monkeypatch.setenv("RMI_CANARY_SHARE", "0")
+    with gateway_in_thread(Settings()):
+        assert serving_gateways(storage) == []  # one that routes no one to a canary does not count

@@ -29,7 +29,7 @@ def test_the_first_model_is_promoted_and_a_better_challenger_takes_over(loop):
     assert loop["exit_code"] == 0
     assert first["verdict"] == "promote" and first["champion_version"] == first["challenger_version"] == 1
     assert second["challenger_version"] == 2
-    assert second["verdict"] == "promote", second["reason"]
+    assert second["verdict"] == "promote (canary)", second["reason"]  # the gate, then users through rmi serve
     assert second["champion"]["mean"] > first["champion"]["mean"]
     registry = loop["registry"]
     assert registry.version("champion").version == 2
@@ -46,7 +46,8 @@ def test_feedback_reached_the_warehouse_and_every_row_is_accounted_for(loop):
     assert loop["summary"][1]["world"]["refused"] == loop["summary"][1]["world"]["garbled"] >= 1
     assert ingest["quarantined"] == 0
     events = loop["warehouse"].query("SELECT count(*) AS n FROM feedback_events")["n"][0]
-    assert events == ingest["ingested"]
+    closing = loop["summary"][-1]["closing"]["ingest"]  # the round of users that judged the last canary
+    assert closing["rows_in"] == closing["ingested"] > 0 and events == ingest["ingested"] + closing["ingested"]
 
 
 def test_a_model_leads_back_to_its_dataset_batches_and_run(loop):

@@ -72,6 +72,21 @@ def canary_verdict(context: AssetExecutionContext, settings: ResourceParam[Setti
     })
 
 
+def serving_gateways(storage: ObjectStore) -> list[dict]:
+    """The gateways of the champion that said in the last PRESENCE_SECONDS * 3 that they serve, with a canary
+    share: where a canary would meet users."""
+    fresh = []
+    for key in storage.list(layout.GATEWAYS):
+        try:
+            said = storage.read_json(key)
+        except (FileNotFoundError, ValueError):  # one that stopped meanwhile, or a half-written file elsewhere
+            continue
+        if said.get("alias") == CHAMPION and said.get("canary_share", 0) > 0 and \
+                time.time() - float(said.get("at", 0)) < 3 * layout.PRESENCE_SECONDS:
+            fresh.append(said)
+    return fresh
+
+
 def live_periods(warehouse: Warehouse, canary: str, champion: str, since: datetime) -> dict:
     """{slice: [Period]}: rated answers and thumbs-down of each arm since the trial began, per feedback batch the
     canary answered in (a version put on trial again is judged on its new trial only)."""

@@ -38,7 +38,7 @@ def champion(context: AssetExecutionContext, settings: ResourceParam[Settings], 
     if str(current.version if current else None) not in (str(report["champion_version"]), str(challenger.version)):
         raise RuntimeError(f"the champion moved since challenger v{challenger.version} was evaluated against "
                            f"v{report['champion_version']}; evaluate again before promoting")
-    if current is not None and settings.canary.promotion == "canary":
+    if current is not None and promotion_mode(settings, storage, context) == "canary":
         replaced = registry.version(CANARY)
         registry.start_canary(challenger.version, {STARTED_AT: str(time.time()), "canary_started_in_dagster_run":
                                                    context.run.run_id, "canary_share": str(settings.canary.share)})
@@ -62,3 +62,17 @@ def champion(context: AssetExecutionContext, settings: ResourceParam[Settings], 
         "anchor_mean": round(report["scores"]["challenger_anchor_mean"], 4), "reason": decision["reason"],
         "promoted_by": "gate",
     })
+
+
+def promotion_mode(settings: Settings, storage: ObjectStore, context) -> str:
+    """RMI_PROMOTION, with `auto` made canary while a gateway of the champion serves users (a canary needs them),
+    else offline."""
+    from .canary import serving_gateways
+
+    mode = settings.canary.promotion
+    if mode != "auto":
+        return mode
+    gateways = serving_gateways(storage)
+    context.log.info(f"RMI_PROMOTION=auto: {len(gateways)} gateway(s) of the champion serve users with a canary "
+                     f"share, so promotion is {'canary' if gateways else 'offline'}")
+    return "canary" if gateways else "offline"

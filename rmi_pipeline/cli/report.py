@@ -32,10 +32,12 @@ class CycleRecord:
     champion: dict = field(default_factory=dict)  # the champion after this cycle's gate
     champion_version: str | None = None
     top_tier: dict = field(default_factory=dict)  # skill -> highest tier the champion solves after the gate
+    challenger_top_tier: dict = field(default_factory=dict)
     suite_tiers: str = ""  # the tiers the eval suite held this cycle ("add 1-9, sub 1-8")
     seconds: dict = field(default_factory=dict)
     run_id: str | None = None
     interrupted: bool = False  # Ctrl-C or SIGTERM reached the run: Dagster failed it and `rmi run` stops
+    closing: dict = field(default_factory=dict)  # the last cycle's: the round of users that judged its canary
 
     def read_cycle_run(self, result, instance) -> None:
         """Fill in from the improvement_cycle run: materialization metadata and step timings."""
@@ -67,6 +69,8 @@ class CycleRecord:
         self.champion = dict(self.challenger) if promoted else ({k: v for k, v in old.items() if v is not None})
         who = "challenger" if promoted else "champion"
         self.top_tier = {s: ev[f"{who}_top_tier_{s}"] for s in skills if f"{who}_top_tier_{s}" in ev}
+        self.challenger_top_tier = {s: ev[f"challenger_top_tier_{s}"] for s in skills
+                                    if f"challenger_top_tier_{s}" in ev}
         self.suite_tiers = meta.get(eval_suite.key.to_user_string(), {}).get("tiers", "")
         kept = ev.get("champion_version")
         self.champion_version = self.challenger_version if promoted else (None if kept == "none" else kept)
@@ -74,7 +78,18 @@ class CycleRecord:
             if step.start_time and step.end_time:
                 self.seconds[STAGES.get(step.step_key, step.step_key)] = step.end_time - step.start_time
 
+    def canary_ended(self, action: str) -> None:
+        """The trial of this cycle's canary ended (in the next round of users): promoted, it is the champion
+        after this cycle."""
+        self.verdict = f"{action} (canary)"
+        if action == "promote":
+            self.champion, self.champion_version = dict(self.challenger), self.challenger_version
+            self.top_tier = dict(self.challenger_top_tier)
+
     def progress_line(self) -> str:
+        if self.verdict == "canary":
+            return (f"[cycle {self.cycle}] challenger v{self.challenger_version} passed the offline gate and is now "
+                    f"the canary; the next users decide. {self.reason}")
         return f"[cycle {self.cycle}] challenger v{self.challenger_version}: {self.verdict}. {self.reason}"
 
 

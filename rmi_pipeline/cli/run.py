@@ -14,6 +14,12 @@ from .home import prepare_home, say
 
 
 def cmd_run(args) -> int:
+    # the world asks RMI_SIM_QUERIES_PER_CYCLE questions a cycle: a canary trial takes half of one cycle's users
+    # and ends with their ratings, before the next cycle trains (a 10% share would need 4 cycles of users)
+    os.environ.setdefault("RMI_CANARY_SHARE", "0.5")
+    settings = Settings()
+    os.environ.setdefault("RMI_CANARY_MIN_EVENTS", str(int(0.9 * settings.canary_share *
+                                                           settings.sim_queries_per_cycle)))
     settings = Settings()
     home = prepare_home(settings, fresh=args.fresh)
     say(f"rmi run: {args.cycles} improvement cycles after a first model; state in {home}")
@@ -34,9 +40,14 @@ def cmd_run(args) -> int:
     env = {"RMI_SERVE_RELOAD_SECONDS": os.environ.get("RMI_SERVE_RELOAD_SECONDS", "1")}
     with running_gateway(env, log_file=home / "serve.log") as (url, _):
         say(f"rmi serve answers the world's users on {url} (its log: {home / 'serve.log'})")
-        records = _cycles(args.cycles, defs, instance, World(settings, url, client_key(settings)))
+        world = World(settings, url, client_key(settings))
+        records = _cycles(args.cycles, defs, instance, world)
+        closing = (_closing_round(args.cycles + 1, defs, instance, world, records)
+                   if records and not records[-1].interrupted else None)
     say("")
     say(summary_table(records))
+    if closing:
+        say(closing)
     png = learning_curve(records, home / "learning_curve.png")
     write_summary(records, home / "run_summary.json")
     say(f"\nlearning curve: {png}\nsummary: {home / 'run_summary.json'}\n"
@@ -45,10 +56,9 @@ def cmd_run(args) -> int:
 
 
 def _cycles(cycles: int, defs, instance, world) -> list:
-    from ..assets import canary_verdict
     from ..automation.dead_runs import process_tags
     from ..automation.in_process import QUIET_LOGS, ingest_new_batches
-    from ..automation.jobs import canary_trial, improvement_cycle
+    from ..automation.jobs import improvement_cycle
     from ..resources.registry import CANARY, CHAMPION
     from ..serving.process import wait_ready
     from .report import CycleRecord
@@ -60,31 +70,29 @@ def _cycles(cycles: int, defs, instance, world) -> list:
         record = CycleRecord(cycle=cycle)
         if cycle > 0:
             t = time.perf_counter()
-            wait_ready(world.gateway_url, world.registry.version(CHAMPION).version)
+            canary = world.registry.version(CANARY)
+            wait_ready(world.gateway_url, world.registry.version(CHAMPION).version,
+                       canary=canary.version if canary else None)
             batches, record.world = world.serve_cycle(cycle)
             record.seconds["world"] = time.perf_counter() - t
-            say(f"[cycle {cycle}] users asked {record.world['queries']} questions of champion "
-                f"v{record.world['champion_version']} through the gateway (right "
-                f"{record.world['served_accuracy']:.0%}); their feedback is in its batch files"
+            say(f"[cycle {cycle}] users asked {record.world['queries']} questions ({_who(record.world)}) through "
+                f"the gateway (right {record.world['served_accuracy']:.0%}); their feedback is in its batch files"
                 + (f" (the last: {batches[-1]})" if batches else ""))
             t = time.perf_counter()
             record.ingest = ingest_new_batches(defs, instance)
             record.seconds["ingest"] = time.perf_counter() - t
             say(f"[cycle {cycle}] ingested: {record.ingest}")
-            if world.registry.version(CANARY) is not None:  # canary_sensor's run, here after each ingest
-                trial = defs.resolve_job_def(canary_trial.name).execute_in_process(
-                    instance=instance, raise_on_error=False, run_config=QUIET_LOGS,
-                    tags={"rmi/cycle": str(cycle), "rmi/trigger": "rmi-run", **process_tags()})
-                verdicts = [e.materialization.metadata["reason"].value
-                            for e in trial.get_asset_materialization_events() if e.asset_key == canary_verdict.key]
-                say(f"[cycle {cycle}] canary: "
-                    + (verdicts[0] if verdicts else f"the verdict failed; see `make ui`, run {trial.run_id}"))
+            if world.registry.version(CANARY) is not None:
+                say(f"[cycle {cycle}] canary: {_canary_verdict(defs, instance, cycle, records)}")
         say(f"[cycle {cycle}] improvement cycle: dataset -> training -> evaluation -> gate")
         before = world.registry.version(CHAMPION)
         result = defs.resolve_job_def(improvement_cycle.name).execute_in_process(
             instance=instance, raise_on_error=False, run_config=QUIET_LOGS,
             tags={"rmi/cycle": str(cycle), "rmi/trigger": "rmi-run", **process_tags()})
         record.read_cycle_run(result, instance)
+        canary = world.registry.version(CANARY)
+        if record.verdict == "promote" and canary and str(canary.version) == str(record.challenger_version):
+            record.verdict = "canary"  # passed the gate; the next cycle's users decide
         say(record.progress_line())
         if not result.success:
             after = world.registry.version(CHAMPION)
@@ -102,6 +110,53 @@ def _cycles(cycles: int, defs, instance, world) -> list:
                 "RMI_BOOTSTRAP_STEPS or a lower RMI_GATE_FIRST_FLOOR")
             break
     return records
+
+
+def _canary_verdict(defs, instance, cycle: int, records: list) -> str:
+    """canary_sensor's run, here right after an ingest: the verdict's sentence; the record of the cycle that made
+    the canary learns how its trial ended."""
+    from ..assets import canary_verdict
+    from ..automation.dead_runs import process_tags
+    from ..automation.in_process import QUIET_LOGS
+    from ..automation.jobs import canary_trial
+
+    trial = defs.resolve_job_def(canary_trial.name).execute_in_process(
+        instance=instance, raise_on_error=False, run_config=QUIET_LOGS,
+        tags={"rmi/cycle": str(cycle), "rmi/trigger": "rmi-run", **process_tags()})
+    said = [e.materialization.metadata for e in trial.get_asset_materialization_events()
+            if e.asset_key == canary_verdict.key]
+    if not said:
+        return f"the verdict failed; see `make ui`, run {trial.run_id}"
+    action, version = said[0]["verdict"].value, said[0]["canary_version"].value
+    for record in records:
+        if record.verdict == "canary" and str(record.challenger_version) == version and action != "wait":
+            record.canary_ended(action)
+    return said[0]["reason"].value
+
+
+def _closing_round(cycle: int, defs, instance, world, records: list) -> str | None:
+    """The last cycle's canary meets the users of one more round, so that the run ends with its verdict."""
+    from ..automation.in_process import ingest_new_batches
+    from ..resources.registry import CANARY, CHAMPION
+    from ..serving.process import wait_ready
+
+    canary = world.registry.version(CANARY)
+    if canary is None:
+        return None
+    wait_ready(world.gateway_url, world.registry.version(CHAMPION).version, canary=canary.version)
+    _, stats = world.serve_cycle(cycle)
+    say(f"[closing] users asked {stats['queries']} questions ({_who(stats)}) through the gateway")
+    records[-1].closing = {"world": stats, "ingest": ingest_new_batches(defs, instance)}
+    verdict = _canary_verdict(defs, instance, cycle, records)
+    return f"canary v{canary.version} after the closing round of users: {verdict}"
+
+
+def _who(stats: dict) -> str:
+    """Which versions answered a round: "of champion v3" or "3,012 of v3, 2,988 of v4"."""
+    versions = stats["versions"]
+    if len(versions) == 1:
+        return f"of champion v{next(iter(versions))}"
+    return ", ".join(f"{n:,} of v{v}" for v, n in sorted(versions.items(), key=lambda kv: int(kv[0])))
 
 
 def client_key(settings: Settings) -> str | None:

@@ -127,6 +127,13 @@ class ObjectStore(ConfigurableResource):
         fs.mv(tmp, final)
         return self.uri(key)
 
+    @_reachable
+    def delete(self, key: str) -> None:
+        """Remove a file; one that is not there is no error."""
+        fs = self._fresh(key)
+        if fs.exists(self.path(key)):
+            fs.rm(self.path(key))
+
     def read_json(self, key: str) -> Any:
         return json.loads(self.read_bytes(key))
 

@@ -17,7 +17,10 @@ import hashlib
 import hmac
 import json
 import logging
+import os
+import socket
 import time
+import uuid
 from contextlib import asynccontextmanager
 from functools import partial
 from importlib import resources as package_files
@@ -28,6 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..resources.layout import PRESENCE_SECONDS
 from ..resources.registry import CANARY, CHALLENGER, CHAMPION
 from ..settings import Serving, Settings
 from .log import FeedbackLog, LogUnavailable, UnknownResponse, new_response_id
@@ -85,6 +89,8 @@ class Gateway:
         resources = build_resources(settings)
         storage = resources["storage"]
         self.write_batch = lambda name, data: storage.write_bytes(layout.incoming(name), data)
+        name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.presence = Presence(storage, layout.gateway(name), alias, self.config.canary_share)
         registry = resources["registry"]
         self.model = FollowedModel(registry, self.recipe, alias, self.config.reload_seconds)
         # the gateway of the champion also answers a share of users with the canary while one is on trial
@@ -151,10 +157,12 @@ class Gateway:
         return names
 
     async def keep_flushing(self) -> None:
-        """Write a batch file when enough events are logged, or when the oldest has waited long enough."""
+        """Write a batch file when enough events are logged, or when the oldest has waited long enough; and say
+        every PRESENCE_SECONDS that this gateway serves."""
         waiting_since = None  # when the flusher first saw the events now pending
         while True:
             await asyncio.sleep(min(1.0, self.config.flush_seconds))
+            await asyncio.to_thread(self.presence.beat)
             try:
                 pending = await asyncio.to_thread(self.log.pending)
                 waiting_since = (waiting_since or time.monotonic()) if pending else None
@@ -168,6 +176,31 @@ class Gateway:
 
 class NotReady(Exception):
     pass
+
+
+class Presence:
+    """A small file in the object store (layout.gateway), rewritten every PRESENCE_SECONDS while the gateway runs
+    and removed when it stops: how the pipeline knows a canary would get users (RMI_PROMOTION=auto)."""
+
+    def __init__(self, storage, key: str, alias: str, canary_share: float):
+        self.storage, self.key, self.alias, self.canary_share = storage, key, alias, canary_share
+        self.last = 0.0
+
+    def beat(self) -> None:
+        if time.monotonic() - self.last < PRESENCE_SECONDS:
+            return
+        try:
+            self.storage.write_json(self.key, {"alias": self.alias, "canary_share": self.canary_share,
+                                               "at": time.time()})
+            self.last = time.monotonic()
+        except Exception as exc:  # noqa: BLE001 - the store out of reach: answering goes on
+            log.warning("could not say this gateway serves (%s); retried", str(exc)[:200])
+
+    def leave(self) -> None:
+        try:
+            self.storage.delete(self.key)
+        except Exception:  # noqa: BLE001 - a stale file ages out on its own
+            pass
 
 
 class RateLimiter:
@@ -203,11 +236,13 @@ def build_app(settings: Settings, alias: str = "champion") -> FastAPI:
         gc.freeze()  # what start-up made lives on: collections stop rescanning it (long pauses under load)
         for batcher in gateway.batchers.values():
             batcher.start()
+        await asyncio.to_thread(gateway.presence.beat)
         flusher = asyncio.get_running_loop().create_task(gateway.keep_flushing())
         log.info("gateway ready to answer with %s@%s", gateway.model_name, alias) if gateway.model.current else \
             log.warning("no version has the alias %s yet: /readyz says 503 until one does", alias)
         yield
         flusher.cancel()
+        await asyncio.to_thread(gateway.presence.leave)
         for batcher in gateway.batchers.values():
             await batcher.stop()
         for followed in gateway.followed:

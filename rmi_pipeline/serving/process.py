@@ -64,15 +64,17 @@ def stop(process: subprocess.Popen, grace: float = 30.0) -> None:
             process.wait()
 
 
-def wait_ready(url: str, version: str | None, timeout: float = 120.0) -> str:
-    """Wait until the gateway answers with `version` (any version when None); returns the version it serves."""
+def wait_ready(url: str, version: str | None, timeout: float = 120.0, canary: str | None = None) -> str:
+    """Wait until the gateway answers with `version` (any version when None), and with `canary` for its share of
+    users when one is given; returns the version it serves."""
     import httpx
 
     deadline = time.monotonic() + timeout
     while True:
         try:
             ready = httpx.get(f"{url}/readyz", timeout=5).json()
-            if ready.get("ready") and (version is None or ready["model_version"] == str(version)):
+            if ready.get("ready") and (version is None or ready["model_version"] == str(version)) and (
+                    canary is None or ready.get("canary_version") == str(canary)):
                 return ready["model_version"]
         except httpx.HTTPError:
             pass
