@@ -59,13 +59,15 @@ def _grow(recipe, settings: Settings, eval_store: ObjectStore, registry: ModelRe
           grown: dict) -> tuple[dict, dict, dict]:
     """(grown set, {skill: tiers sealed now}, {"skill/tier": champion's score}): when the champion solves one of the
     suite's top RMI_EVAL_LEAD tiers of a skill, the next tiers are sealed into a new version of the grown set, as
-    many as keep RMI_EVAL_LEAD of them past the highest it solves, and a horizon slice past them when it still
-    answers the hardest at least half right; a champion grows the suite once."""
+    many as keep RMI_EVAL_LEAD of them past the highest it solves, and horizon slices past them when it still
+    answers the hardest a quarter right. eval_suite runs once per improvement cycle, so a champion the gate kept
+    is followed a step further each cycle: with a growth once per champion, a loop whose candidate was turned down
+    with the champion at the suite's top had nothing left to practise or label, and every later cycle repeated
+    the same rejection (bench/climb.py from cycle 4)."""
     from ..ml.curriculum import suite_growth
 
     champion = registry.version(CHAMPION)
-    # once per champion: eval_suite runs in every cycle and health check, and each run would seal more tiers
-    if champion is None or grown.get("champion_version") == str(champion.version):
+    if champion is None:
         return grown, {}, {}
     version = f"{len(eval_store.list(layout.GROWN)) + 1:04d}"
     new, added, scores = suite_growth(recipe, registry.load(champion.version, recipe), suite, settings.saturation,
