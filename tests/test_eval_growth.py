@@ -111,15 +111,16 @@ def test_a_champion_that_generalizes_past_the_suite_s_growth_gets_a_horizon_slic
     near = first["add"][0]["tier"]
     assert sum(i["tier"] == near and i["skill"] == "add" for i in refreshed) == problems_at(10, near)
 
-    meta, manifest = promoted_and_suite()  # as strong again: it still fails the horizon, nothing is sealed
-    assert meta["tiers_sealed_now"] == "none" and horizon_slices(manifest) == first
+    meta, manifest = promoted_and_suite()  # as strong again: it still fails the horizon, no new one is sealed
+    assert horizon_slices(manifest) == first
+    dense_top = reach(recipe, manifest["slices"])  # a tier near 0.9 may have been sealed on this draw
 
     monkeypatch.setattr(KnowsUpTo, "knows", 30)  # it climbed past the near horizon, not the far one: no new one
     meta, manifest = promoted_and_suite()
     assert horizon_slices(manifest) == first and meta["champion add/" + str(FAR * near)] < HEADROOM
     assert reach(recipe, manifest["slices"]) == {s: dense_top[s] + 6 for s in recipe.skills}  # at most 6 a cycle
 
-    monkeypatch.setattr(KnowsUpTo, "knows", 200)  # and past the far one: two more, the old ones stay
+    monkeypatch.setattr(KnowsUpTo, "knows", 400)  # and past the far one: two more, the old ones stay
     meta, manifest = promoted_and_suite()
     for skill in recipe.skills:
         *old, near, far = horizon_slices(manifest)[skill]

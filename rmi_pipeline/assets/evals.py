@@ -60,10 +60,8 @@ def _grow(recipe, settings: Settings, eval_store: ObjectStore, registry: ModelRe
     """(grown set, {skill: tiers sealed now}, {"skill/tier": champion's score}): when the champion solves one of the
     suite's top RMI_EVAL_LEAD tiers of a skill, the next tiers are sealed into a new version of the grown set, as
     many as keep RMI_EVAL_LEAD of them past the highest it solves, and horizon slices past them when it still
-    answers the hardest a quarter right. eval_suite runs once per improvement cycle, so a champion the gate kept
-    is followed a step further each cycle: with a growth once per champion, a loop whose candidate was turned down
-    with the champion at the suite's top had nothing left to practise or label, and every later cycle repeated
-    the same rejection (bench/climb.py from cycle 4)."""
+    answers the hardest a quarter right. Once per cycle, so a champion the gate kept is followed a step further
+    each cycle (growing once per champion froze a self-labelling climb after its first rejection)."""
     from ..ml.curriculum import suite_growth
 
     champion = registry.version(CHAMPION)

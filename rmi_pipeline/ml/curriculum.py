@@ -14,7 +14,7 @@ from .tasks import slice_name
 GROWTH_PER_CYCLE = 6  # tiers the eval suite may add per skill in one cycle
 HEADROOM = 0.5  # a slice a model answers less than half right still measures its next improvement
 HORIZON = HEADROOM / 2  # a horizon slice is the first tier past the suite where the champion is right this seldom
-FAR = 4  # and a second one this many times further out, which keeps the headroom through a long jump
+FAR = 8  # and a second one this many times further out, which keeps the headroom through a long jump
 FULL_COUNT_TIER = 10  # past this tier, fewer problems are made, in proportion (problems_at)
 
 
@@ -144,7 +144,7 @@ def suite_growth(recipe, model, items: list[dict], saturation: float, lead: int,
             continue
         tier, tasks = found
         far = min(FAR * tier, recipe.hardest_tier)
-        if far > tier:  # one cycle may carry a champion past `tier` (this recipe's: from 60 to 250 digits)
+        if far > tier:  # one cycle may carry a champion far past `tier` (here: from <25% at 27 digits to 50% at 108)
             further = recipe.build_eval_suite(rng, problems_at(per_tier, far),
                                               {s: [far] if s == skill else [] for s in recipe.skills})
             solves(skill, far, further)
