@@ -15,6 +15,8 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from ..ml.tasks import slice_name
+
 log = logging.getLogger(__name__)
 MAX_PENDING = 2  # batches waiting for the shadow worker; more are skipped, never queued behind users
 LATENCIES_KEPT = 10_000  # per slice, the latest: the percentiles of a long run in bounded memory
@@ -81,8 +83,6 @@ class Shadow:
                 stats.seconds.append(each)
 
     def _slice(self, prompt: str) -> str:
-        from ..recipes.base import slice_name
-
         return slice_name(*self.recipe.slice_of(prompt)) if self.recipe.is_valid_prompt(prompt) else "invalid"
 
     def _reward(self, prompt: str, completion: str) -> float:
