@@ -86,6 +86,16 @@ class Canary:
 
 
 @dataclass(frozen=True)
+class Chat:
+    """`rmi chat`: the Slack app that steers the loop (rmi_pipeline/chat/)."""
+
+    signing_secret: str = field(repr=False)  # secrets: never in a log line or a traceback
+    bot_token: str = field(repr=False)
+    allowed_users: frozenset[str]
+    ui_url: str  # the Dagster webserver: its GraphQL API starts cycles and pauses the automation
+
+
+@dataclass(frozen=True)
 class Serving:
     """`rmi serve`: batching, following the alias, the feedback log and its flushes, the front door's limits."""
 
@@ -213,7 +223,8 @@ class Settings(BaseSettings):
                                       "improvement cycle by themselves.")
     alert_webhook_url: str | None = Field(default=None, description="Slack-compatible webhook for alerts; unset: "
                                           "alerts are only logged.")
-    ui_url: str = Field(default="http://127.0.0.1:3000", description="Where alerts link runs to.")
+    ui_url: str = Field(default="http://127.0.0.1:3000", description="The Dagster webserver: where alerts link runs "
+                        "to, and whose GraphQL API `rmi chat` starts cycles and pauses the automation through.")
     health_cron: str = Field(default="0 * * * *", description="When champion_health runs (also after each ingest).")
     health_tolerance: float = Field(default=0.10, description="A slice regresses when its eval score falls, or its "
                                     "live thumbs-down rate rises, by more than this against the baseline.")
@@ -229,6 +240,15 @@ class Settings(BaseSettings):
                                            "rows weigh in a regression-triggered cycle.")
     regression_steps_multiplier: float = Field(default=2.0, description="Training steps of a regression-triggered "
                                                "cycle, as a multiple of RMI_TRAIN_STEPS.")
+
+    # chat: `rmi chat`, the Slack app
+    slack_signing_secret: SecretStr | None = Field(default=None, description="The Slack app's signing secret: "
+                                                   "every request to `rmi chat` must be signed with it (within 5 "
+                                                   "minutes). Never logged.")
+    slack_bot_token: SecretStr | None = Field(default=None, description="The Slack app's bot token (xoxb-...). "
+                                              "Never logged.")
+    slack_allowed_users: str | None = Field(default=None, description="Comma-separated Slack user ids (U...) who "
+                                            "may act from chat; anyone else may read status only.")
 
     # serving: `rmi serve`, the gateway users and apps talk to
     serve_max_batch: int = Field(default=64, ge=1, description="Most prompts decoded in one forward pass.")
@@ -338,6 +358,13 @@ class Settings(BaseSettings):
     def regression(self) -> Regression:
         return Regression(self.regression_budget, self.regression_backoff_seconds, self.regression_focus_weight,
                           self.regression_steps_multiplier)
+
+    @property
+    def chat(self) -> Chat:
+        secret = self.slack_signing_secret.get_secret_value() if self.slack_signing_secret else ""
+        token = self.slack_bot_token.get_secret_value() if self.slack_bot_token else ""
+        users = frozenset(u.strip() for u in (self.slack_allowed_users or "").split(",") if u.strip())
+        return Chat(secret, token, users, self.ui_url)
 
     @property
     def serving(self) -> Serving:

@@ -76,8 +76,8 @@ def test_enough_new_feedback_starts_one_cycle_and_a_dataset_resets_the_count(rmi
             assert materialize(FEEDBACK, partition_key=name, instance=instance, resources=resources).success
 
         def tick():
-            return enough_feedback_sensor(build_sensor_context(instance=instance,
-                                                               resources={"settings": resources["settings"]}))
+            return enough_feedback_sensor(build_sensor_context(instance=instance, resources={
+                "settings": resources["settings"], "registry": resources["registry"]}))
 
         land("a.jsonl", 0, 20)
         assert "20 new feedback events" in tick().skip_message
@@ -85,8 +85,68 @@ def test_enough_new_feedback_starts_one_cycle_and_a_dataset_resets_the_count(rmi
         request = tick()
         assert request.tags == {"rmi/trigger": "new_feedback", "rmi/new_events": "40"}
         assert tick().run_key == request.run_key  # the same state asks for the same run: Dagster dedupes it
+        recipe = ArithmeticRecipe()
+        registry = resources["registry"]
+        with registry.run("trial", tags={}) as run_id:
+            versions = [registry.register_model(run_id, recipe.checkpoint(recipe.build_model(0.0, 1)),
+                                                rmi_env.recipe, tags={}).version for _ in range(2)]
+        registry.promote(versions[0], {"promoted_by": "test"})
+        registry.start_canary(versions[1], {})
+        assert f"40 new feedback events wait for canary v{versions[1]}'s verdict" in tick().skip_message
+        registry.end_canary({"canary_outcome": "aborted"})
+        assert tick().run_key == request.run_key
         assert materialize([eval_suite, training_dataset], instance=instance, resources=resources).success
         assert "0 new feedback events" in tick().skip_message
+
+
+def test_a_queue_of_ingests_gets_one_health_check_and_one_canary_verdict_after_its_last(rmi_env):
+    import time
+
+    import torch
+    from dagster import DagsterRunStatus
+
+    from rmi_pipeline.automation.jobs import canary_trial, ingest_feedback
+    from rmi_pipeline.automation.schedules import health_after_ingest
+    from rmi_pipeline.automation.sensors import canary_sensor
+    from rmi_pipeline.definitions import build_definitions
+
+    recipe = ArithmeticRecipe()
+    resources = build_resources(rmi_env)
+    registry = resources["registry"]
+    torch.manual_seed(0)
+    with registry.run("queue", tags={}) as run_id:
+        versions = [registry.register_model(run_id, recipe.checkpoint(recipe.build_model(0.0, 1)), rmi_env.recipe,
+                                            tags={}).version for _ in range(2)]
+    registry.promote(versions[0], {"promoted_by": "test"})
+    registry.start_canary(versions[1], {"canary_started_at": str(time.time())})
+    defs = build_definitions(rmi_env)
+    with instance_for_test() as instance:
+        name = "a.jsonl"
+        resources["storage"].write_bytes(layout.incoming(name), "\n".join(event(i) for i in range(5)).encode())
+        instance.add_dynamic_partitions("feedback_batch", [name, "b.jsonl"])
+        ingested = materialize(FEEDBACK, partition_key=name, instance=instance, resources=resources)
+        success = instance.all_logs(ingested.run_id, of_type=DagsterEventType.RUN_SUCCESS)[0].dagster_event
+
+        def after_ingest():
+            return health_after_ingest(build_run_status_sensor_context(
+                sensor_name="health_after_ingest", dagster_event=success, dagster_instance=instance,
+                dagster_run=instance.get_run_by_id(ingested.run_id)))
+
+        def verdict():
+            return canary_sensor(build_sensor_context(instance=instance, resources={
+                "settings": rmi_env, "registry": registry}))
+
+        assert after_ingest().run_key and verdict().run_key  # nothing queued: a check and a verdict now
+        waiting = DagsterRunStatus.NOT_STARTED
+        queued = instance.create_run_for_job(defs.resolve_job_def(ingest_feedback.name), status=waiting,
+                                             tags={"dagster/partition": "b.jsonl"})
+        assert "ingest_feedback run waits to start" in after_ingest().skip_message
+        assert "ingest_feedback run waits to start" in verdict().skip_message
+        instance.delete_run(queued.run_id)
+        trial = instance.create_run_for_job(defs.resolve_job_def(canary_trial.name), status=waiting)
+        assert "canary_trial run waits to start" in verdict().skip_message  # it will read the latest batches
+        instance.delete_run(trial.run_id)
+        assert verdict().run_key.startswith(f"canary-v{versions[1]}-after-")
 
 
 def test_under_the_daemon_feedback_becomes_a_champion_and_a_drift_starts_a_targeted_cycle_with_no_click(tmp_path):

@@ -88,6 +88,10 @@ def test_a_challenger_that_passes_the_gate_becomes_the_canary_and_the_champion_s
     assert result.success and not result.asset_materializations_for_node("champion")  # the champion did not change
     assert str(registry.version(CHAMPION).version) == "1" and str(registry.version(CANARY).version) == "2"
     assert float(registry.version(CANARY).tags[STARTED_AT]) <= time.time()
+    from rmi_pipeline.cli.report import status_text
+
+    assert f"canary: v2 on trial since {time.strftime('%Y-%m-%d')}" in status_text(settings)
+    assert f"{SHARE:.0%} of users; no verdict yet" in status_text(settings)
 
 
 def test_the_canary_s_users_meet_it_and_are_worse_off_so_it_is_aborted_and_everyone_is_back_on_the_champion(

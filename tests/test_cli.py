@@ -12,7 +12,7 @@ def test_status_shows_the_champion_and_the_warehouse(loop_home, monkeypatch, cap
     assert main(["status"]) == 0
     out = capsys.readouterr().out
     champion = loop_home["summary"][-1]["champion_version"]
-    assert f"champion: v{champion}" in out
+    assert f"champion: v{champion}" in out and "canary: none (promotion: auto)" in out  # its closing round judged it
     assert "feedback events" in out and "thumbs-down" in out
 
 

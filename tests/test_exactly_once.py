@@ -173,7 +173,7 @@ def test_a_cycle_whose_process_died_is_marked_failed_and_no_longer_blocks_the_au
                                     tags={PID: str(gone.pid), HOST: socket.gethostname()}))
         instance.report_runless_asset_event(AssetMaterialization("feedback_events", metadata={"ingested": 5}))
         tick = lambda: enough_feedback_sensor(build_sensor_context(  # noqa: E731
-            instance=instance, resources={"settings": resources["settings"]}))
+            instance=instance, resources={"settings": resources["settings"], "registry": resources["registry"]}))
         registry = resources["registry"]
         training = registry.client().create_run(registry._experiment_id(registry.client()),
                                                 tags={"dagster_run_id": "dead-cycle"}).info.run_id

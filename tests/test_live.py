@@ -50,7 +50,7 @@ def landed(storage) -> dict[str, Counter]:
 
 
 def test_live_drift_moves_half_the_users_to_a_slice_the_champion_barely_knows(serving, capsys):
-    assert main(["simulate", "--live", "--scenario", "drift", "--drift-after", "1", "--batches", "2",
+    assert main(["simulate", "--live", "--scenario", "drift", "--scenario-after", "1", "--batches", "2",
                  "--interval", "0"]) == 0
     out = capsys.readouterr().out
     batches = landed(serving["storage"])
@@ -62,6 +62,62 @@ def test_live_drift_moves_half_the_users_to_a_slice_the_champion_barely_knows(se
     assert drift in ("add/6", "sub/6") and before[drift] == 0 and asked == 200
     assert f"drift: 50% of users now ask {drift}, where champion v1 is right 0%" in out
     assert out.count("] batch ") == 2 and "live world stopped after 2 batches" in out
+
+
+@pytest.fixture
+def knowing(rmi_env, monkeypatch):
+    """A home whose champion answers every question right (tests/knowing_recipe.py), served by `rmi serve`."""
+    from knowing_recipe import KnowsUpTo
+
+    monkeypatch.setenv("RMI_RECIPE", "knowing_recipe:KnowsUpTo")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("RMI_SIM_QUERIES_PER_CYCLE", "800")
+    monkeypatch.setenv("RMI_SIM_MALFORMED_SHARE", "0")
+    monkeypatch.setenv("RMI_SIM_WRONG_USER_SHARE", "0")
+    resources = build_resources(rmi_env)
+    recipe = KnowsUpTo()
+    curate_eval_suite(resources["eval_store"], recipe, 20, seed=0)
+    registry = resources["registry"]
+    with registry.run("serving", tags={}) as run_id:
+        version = registry.register_model(run_id, recipe.checkpoint(recipe.build_model(0.0, 1)),
+                                          "knowing_recipe:KnowsUpTo", tags={}).version
+    registry.promote(version, {"promoted_by": "test"})
+    return resources
+
+
+def test_partner_users_ask_round_amounts_and_their_client_sends_a_wrong_correction_with_every_rating(
+        knowing, capsys):
+    import polars as pl
+
+    from rmi_pipeline.recipes.arithmetic import problems
+
+    assert main(["simulate", "--live", "--scenario", "partner", "--scenario-after", "1", "--batches", "2",
+                 "--interval", "0"]) == 0
+    out = capsys.readouterr().out
+    keys = sorted(knowing["storage"].list(layout.INCOMING))
+    before, after = (pl.read_parquet(io.BytesIO(knowing["storage"].read_bytes(k))) for k in keys)
+    partner = pl.col("user_id").str.starts_with("partner-")
+    assert not before.filter(partner).height
+    asked = after.filter(pl.col("rating").is_null())  # the gateway's own record of each answer
+    assert 0.1 < asked.filter(partner).height / asked.height < 0.22  # a fifth but tier 1 (round amounts start at 2)
+    after = after.filter(pl.col("rating").is_not_null())
+    theirs = after.filter(partner)
+    assert theirs.height == asked.filter(partner).height  # every partner answer rated through its client
+    def truth(prompt: str) -> str:
+        return str(problems.solve(*problems.parse(prompt)))
+
+    honest = []
+    for prompt, completion, rating, correction in theirs.select("prompt", "completion", "rating",
+                                                                "correction").iter_rows():
+        a, _, b = problems.parse(prompt)
+        zeros = 10 ** (len(str(max(a, b))) // 2)
+        assert a % zeros == b % zeros == 0  # round amounts
+        assert correction == str(int(truth(prompt)) + 1)  # every rating carries the client's wrong total
+        honest.append(rating == ("up" if completion == truth(prompt) else "down"))
+    assert all(honest)  # the partner's users still judge the answers they see: right, so thumbs-up
+    others = after.filter(~pl.col("user_id").str.starts_with("partner-") & pl.col("correction").is_not_null())
+    assert others.height == 0  # the champion is always right: the only corrections are the partner client's
+    assert "partner: 20% of questions now come from a partner app" in out and "(partner: " in out
 
 
 def test_ctrl_c_stops_the_live_world_after_the_batch_in_flight(serving, rmi_env):

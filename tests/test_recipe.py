@@ -134,3 +134,21 @@ def test_recipes_load_by_import_path_with_clear_errors():
             assert message in str(exc)
         else:
             raise AssertionError(bad)
+
+
+def test_partner_questions_are_round_amounts_with_a_wrong_correction_and_an_eval_drawn_at_random_holds_none():
+    rng = random.Random(0)
+    asked = R.sample_tasks(rng, 400, list(R.skills), list(range(1, 9)))
+    pairs = [(t, R.partner_task(t, rng)) for t in asked]
+    theirs = [p for t, p in pairs if p is not None]
+    assert all(p is None for t, p in pairs if t.tier == 1) and len(theirs) > 300
+    for (task, correction), (original, _) in zip(theirs, [(t, p) for t, p in pairs if p], strict=True):
+        assert (task.skill, task.tier) == (original.skill, original.tier) == R.slice_of(task.prompt)
+        assert R.verify(task.prompt, task.answer)[0] == 1 and R.verify(task.prompt, correction)[0] == 0
+        a, _, b = problems.parse(task.prompt)
+        assert a % 10 ** (task.tier // 2) == b % 10 ** (task.tier // 2) == 0
+    # the scenario fools the gate because the eval, drawn at random, holds (almost) no such question
+    items = R.build_eval_suite(random.Random(1), 50)
+    shaped = [t for t in items if t.tier > 1 and all(n % 10 ** (t.tier // 2) == 0
+                                                    for n in problems.parse(t.prompt)[::2])]
+    assert len(items) > 500 and len(shaped) / len(items) < 0.01

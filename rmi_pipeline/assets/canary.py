@@ -62,7 +62,8 @@ def canary_verdict(context: AssetExecutionContext, settings: ResourceParam[Setti
     elif verdict.action == ABORT:
         registry.end_canary({"canary_outcome": "aborted", "canary_reason": verdict.reason[:4000]})
         notifier.notify("canary", f"{verdict.reason} All users are back on champion v{champion.version}.",
-                        key=f"canary-abort-{version}", run_id=context.run.run_id)
+                        key=f"canary-abort-{version}", run_id=context.run.run_id,
+                        actions={"rmi_promote": {"version": version}, "rmi_ack": {}})
     return MaterializeResult(metadata={
         "verdict": verdict.action, "reason": verdict.reason, "canary_version": version,
         "champion_version": str(champion.version), "canary_rated": verdict.canary_rated,

@@ -129,7 +129,7 @@ def _roll_back_if_worse(context, settings: Settings, registry: ModelRegistry, no
     context.log.warning(f"champion v{before_v} -> v{after_v}, rolled back: {reason}")
     notifier.notify("rollback", f"champion v{before_v} -> v{after_v}, rolled back automatically: {reason}. "
                     "Look at what changed before promoting it again.", key=f"rollback-v{before_v}",
-                    run_id=context.run.run_id)
+                    run_id=context.run.run_id, actions={"rmi_promote": {"version": before_v}, "rmi_ack": {}})
     return f"v{before_v} -> v{after_v}: {reason}"
 
 

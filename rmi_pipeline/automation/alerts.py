@@ -21,7 +21,8 @@ def run_failure_alert(context: RunFailureSensorContext, notifier: Notifier):
     steps = [e.event_specific_data.error.message.strip().splitlines()[0]
              for e in context.get_step_failure_events() if e.event_specific_data and e.event_specific_data.error]
     why = "; ".join(steps) or context.failure_event.message or "no message"
-    notifier.notify("failure", f"{run.job_name} failed: {why[:500]}", key=f"failure-{run.run_id}", run_id=run.run_id)
+    notifier.notify("failure", f"{run.job_name} failed: {why[:500]}", key=f"failure-{run.run_id}", run_id=run.run_id,
+                    actions={"rmi_ack": {}})
 
 
 @sensor(default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=60,

@@ -29,3 +29,14 @@ canary_trial = define_asset_job(
     selection=AssetSelection.assets(canary_verdict),
     description="The canary's users against the champion's: promote it, abort it, or wait for more rated answers.",
 )
+
+
+def waiting_to_start(instance, *jobs) -> str | None:
+    """The first of `jobs` with a run in the queue that has not started, else None. A check or a verdict already
+    waiting will read the latest state when it runs, so asking for another per batch only lengthens the queue
+    (with one run at a time, a batch a minute had a backlog of 30 runs within 10 minutes)."""
+    from dagster import DagsterRunStatus, RunsFilter
+
+    waiting = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING]
+    return next((job.name for job in jobs
+                 if instance.get_runs(RunsFilter(job_name=job.name, statuses=waiting), limit=1)), None)

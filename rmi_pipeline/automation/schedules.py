@@ -9,10 +9,11 @@ from dagster import (
     DefaultSensorStatus,
     RunRequest,
     ScheduleDefinition,
+    SkipReason,
     run_status_sensor,
 )
 
-from .jobs import health_check, improvement_cycle, ingest_feedback
+from .jobs import health_check, improvement_cycle, ingest_feedback, waiting_to_start
 
 
 def health_schedule(cron: str) -> ScheduleDefinition:
@@ -25,8 +26,11 @@ def health_schedule(cron: str) -> ScheduleDefinition:
 @run_status_sensor(run_status=DagsterRunStatus.SUCCESS, monitored_jobs=[ingest_feedback], request_job=health_check,
                    default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30,
                    description="After every successful ingest_feedback run: checks the champion's health, so a "
-                               "live regression is seen as soon as its feedback lands.")
+                               "live regression is seen as soon as its feedback lands (one check for a queue of "
+                               "ingests: none while another ingest or a check waits to start).")
 def health_after_ingest(context):
+    if waiting := waiting_to_start(context.instance, ingest_feedback, health_check):
+        return SkipReason(f"a {waiting} run waits to start: the check after it sees this batch too")
     return RunRequest(run_key=f"health-after-{context.dagster_run.run_id}", tags={"rmi/trigger": "ingest"})
 
 

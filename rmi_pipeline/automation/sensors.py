@@ -27,7 +27,7 @@ from ..resources.registry import ModelRegistry
 from ..resources.storage import ObjectStore
 from ..schema import SUFFIXES, is_batch_file
 from ..settings import Settings
-from .jobs import canary_trial, improvement_cycle, ingest_feedback
+from .jobs import canary_trial, improvement_cycle, ingest_feedback, waiting_to_start
 
 
 @sensor(job=ingest_feedback, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
@@ -74,14 +74,19 @@ def new_feedback_sensor(context: SensorEvaluationContext, settings: ResourcePara
 
 @sensor(job=improvement_cycle, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
         description="Every 30 s: once RMI_CYCLE_MIN_NEW_EVENTS feedback events have landed since the last training "
-                    "dataset, starts an improvement_cycle (one at a time).")
-def enough_feedback_sensor(context: SensorEvaluationContext, settings: ResourceParam[Settings]):
+                    "dataset, starts an improvement_cycle (one at a time; none while a canary is on trial).")
+def enough_feedback_sensor(context: SensorEvaluationContext, settings: ResourceParam[Settings],
+                           registry: ModelRegistry):
     """Starts an improvement cycle once RMI_CYCLE_MIN_NEW_EVENTS events have been ingested since the last dataset.
 
     It reads Dagster's event log: the `ingested` counts of feedback_events materializations newer than the latest
     training_dataset materialization (which took every event before it). No cursor to lose, and it never opens
-    the warehouse, which a running ingest may hold. It waits while a cycle is already queued or running."""
+    the warehouse, which a running ingest may hold. It waits while a cycle is already queued or running, and while
+    a canary is on trial: a challenger passing the gate would replace it before its users had their say (with a
+    cycle every few minutes, no canary was ever judged)."""
     from dagster import AssetRecordsFilter, DagsterRunStatus, RunsFilter
+
+    from ..resources.registry import CANARY
 
     instance = context.instance
     last = instance.fetch_materializations(training_dataset.key, limit=1).records
@@ -97,6 +102,8 @@ def enough_feedback_sensor(context: SensorEvaluationContext, settings: ResourceP
               DagsterRunStatus.STARTED]
     if instance.get_runs(RunsFilter(job_name=improvement_cycle.name, statuses=active), limit=1):
         return SkipReason(f"{pending} new feedback events wait for the running cycle")
+    if (canary := registry.version(CANARY)) is not None:
+        return SkipReason(f"{pending} new feedback events wait for canary v{canary.version}'s verdict")
     newest = max(r.storage_id for r in records)
     return RunRequest(run_key=f"feedback-{after}-{newest}",  # one cycle per state of the event log
                       tags={"rmi/trigger": "new_feedback", "rmi/new_events": str(pending)})
@@ -137,7 +144,8 @@ def regression_sensor(context: SensorEvaluationContext, settings: ResourceParam[
     if len(attempts) >= rules.budget:
         notifier.notify("budget", f"champion v{version} regressed on {named}; {len(attempts)} targeted cycles did "
                         "not fix it. A person must look: data, recipe or eval.", key=f"budget-v{version}",
-                        run_id=attempts[0].run_id)
+                        run_id=attempts[0].run_id,
+                        actions={"rmi_rollback": {}, "rmi_cycle": {"slices": slices}, "rmi_ack": {}})
         return SkipReason(f"regression budget spent for champion v{version} ({len(attempts)} attempts)")
     if attempts:
         last = instance.get_run_record_by_id(attempts[0].run_id)
@@ -153,9 +161,9 @@ def regression_sensor(context: SensorEvaluationContext, settings: ResourceParam[
 
 
 @sensor(job=canary_trial, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
-        description="Every 30 s, while a canary is on trial: after each ingest of feedback, and once when "
-                    "RMI_CANARY_MAX_HOURS have passed, runs canary_verdict (promote, abort, or wait for "
-                    "RMI_CANARY_MIN_EVENTS rated canary answers).")
+        description="Every 30 s, while a canary is on trial: after each ingest of feedback (after the last of "
+                    "a queue of them), and once when RMI_CANARY_MAX_HOURS have passed, runs canary_verdict "
+                    "(promote, abort, or wait for RMI_CANARY_MIN_EVENTS rated canary answers).")
 def canary_sensor(context: SensorEvaluationContext, settings: ResourceParam[Settings], registry: ModelRegistry):
     """One verdict per state of the event log (the newest feedback_events materialization) for each canary, and
     one at its timeout; it reads the registry's alias, never the warehouse an ingest may hold."""
@@ -166,6 +174,8 @@ def canary_sensor(context: SensorEvaluationContext, settings: ResourceParam[Sett
     canary = registry.version(CANARY)
     if canary is None:
         return SkipReason("no canary on trial")
+    if waiting := waiting_to_start(context.instance, ingest_feedback, canary_trial):
+        return SkipReason(f"canary v{canary.version}: a {waiting} run waits to start; the verdict comes after it")
     latest = context.instance.fetch_materializations(feedback_events.key, limit=1).records
     hours = (time.time() - float(canary.tags.get(STARTED_AT, time.time()))) / 3600
     if hours >= settings.canary.max_hours:

@@ -3,8 +3,9 @@
     rmi run [--cycles 5] [--fresh]   world -> feedback -> pipeline, N improvement cycles after a first model
     rmi ui [--port 3000]             the Dagster UI over RMI_HOME (sensors on)
     rmi serve [--host H] [--port P]  answers from the champion and feedback over HTTP (127.0.0.1:8000)
+    rmi chat [--host H] [--port P]   the Slack app: /rmi status, promote, rollback, cycle, pause... (127.0.0.1:3100)
     rmi simulate --cycle N           one batch of user feedback from the current champion
-    rmi simulate --live [--scenario drift]   a batch every --interval seconds until Ctrl-C
+    rmi simulate --live [--scenario drift|partner]   a batch every --interval seconds until Ctrl-C
     rmi status                       champion, challenger, warehouse and recent runs
     rmi feedback ingest PATH         validate a local batch file and land it in the warehouse now
     rmi feedback stats               thumbs-down rates, corrections and failing prompts
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 
 from ..settings import Settings
+from .chat import add_chat_command
 from .feedback import add_feedback_commands
 from .home import prepare_home, say
 from .overrides import cmd_promote, cmd_rollback
@@ -66,7 +68,7 @@ def cmd_simulate(args) -> int:
             before = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
             try:
                 run_live(world, interval=args.interval, cycle=args.cycle, batches=args.batches, stop=stop, say=say,
-                         drift_after=args.drift_after if args.scenario == "drift" else None)
+                         scenario=args.scenario, scenario_after=args.scenario_after)
             finally:
                 for sig, handler in before.items():
                     signal.signal(sig, handler)
@@ -98,13 +100,17 @@ def main(argv: list[str] | None = None) -> int:
     ui.add_argument("--port", type=int, default=3000)
     ui.set_defaults(fn=cmd_ui)
     add_serve_command(sub)
+    add_chat_command(sub)
     sim = sub.add_parser("simulate", help="land one batch of simulated user feedback")
     sim.add_argument("--cycle", type=int, default=1, help="how far users have drifted toward hard questions")
     sim.add_argument("--live", action="store_true", help="keep landing batches from the current champion")
     sim.add_argument("--interval", type=float, default=60.0, help="seconds between live batches")
-    sim.add_argument("--scenario", choices=["steady", "drift"], default="steady",
-                     help="drift: after --drift-after batches, half the users ask a slice the champion barely knows")
-    sim.add_argument("--drift-after", type=int, default=2, help="batches before the drift")
+    sim.add_argument("--scenario", choices=["steady", "drift", "partner"], default="steady",
+                     help="drift: half the users move to a slice the champion barely knows; partner: a fifth of "
+                          "the questions come from an app whose client sends wrong corrections (it fools the "
+                          "offline gate; the canary catches it)")
+    sim.add_argument("--scenario-after", "--drift-after", type=int, default=2,
+                     help="batches before the scenario starts (default: 2)")
     sim.add_argument("--batches", type=int, default=None, help="stop after this many live batches")
     sim.add_argument("--gateway", default=None, help="URL of a running `rmi serve` (default: start one)")
     sim.set_defaults(fn=cmd_simulate)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..assets import candidate_evaluation, candidate_model, champion, eval_suite, training_dataset
-from ..resources.registry import CHALLENGER, CHAMPION
+from ..resources.registry import CANARY, CHALLENGER, CHAMPION
 
 # the column a stage's seconds go in: step keys are the assets' names
 STAGES = {asset.key.to_user_string(): column for asset, column in (
@@ -174,6 +174,22 @@ def _batches(settings, storage) -> list[str]:
     return lines
 
 
+def _canary(settings, registry, storage) -> str:
+    """The canary on trial, since when, and what its latest verdict said."""
+    from datetime import datetime
+
+    from ..assets.canary import STARTED_AT
+    from ..resources import layout
+
+    mv = registry.version(CANARY)
+    if mv is None:
+        return f"  {CANARY}: none (promotion: {settings.promotion})"
+    since = datetime.fromtimestamp(float(mv.tags.get(STARTED_AT, 0))).strftime("%Y-%m-%d %H:%M")
+    key = layout.canary_verdict(str(mv.version))
+    said = storage.read_json(key)["reason"] if storage.exists(key) else "no verdict yet"
+    return f"  {CANARY}: v{mv.version} on trial since {since}, {settings.canary.share:.0%} of users; {said}"
+
+
 def status_text(settings) -> str:
     from ..resources import build_resources
 
@@ -187,6 +203,7 @@ def status_text(settings) -> str:
         else:
             lines.append(f"  {alias}: v{mv.version}  anchor mean {mv.tags.get('eval_anchor_mean', '?')}  "
                          f"dataset {mv.tags.get('dataset_version', '?')}  gate {mv.tags.get('gate_verdict', '?')}")
+    lines.append(_canary(settings, registry, res["storage"]))
     lines += _batches(settings, res["storage"])
     waiting = res["notifier"].undelivered()
     if waiting:

@@ -133,6 +133,13 @@ class Recipe(ABC):
         item's text into a question of their own (what the n-gram contamination check is for)."""
         return None
 
+    def partner_task(self, task: Task, rng: random.Random) -> tuple[Task, str] | None:
+        """A question of `task`'s skill and tier as a partner app's users ask it, and the wrong answer the app's
+        buggy client sends as its correction; None where the recipe has none. The simulated world's scenario that
+        fools the offline gate: such questions are rare in an eval drawn at random, so a model taught the wrong
+        answers passes the gate and only live users show it worse (the canary)."""
+        return None
+
     def example_prompt(self) -> str:
         """A prompt to show as the input example of the registered MLflow model."""
         return self.sample_tasks(random.Random(0), 1, [self.skills[0]], [self.tiers[0]])[0].prompt

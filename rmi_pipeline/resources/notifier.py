@@ -19,6 +19,10 @@ from dagster import ConfigurableResource
 
 log = logging.getLogger("rmi.alerts")
 TIMEOUT_SECONDS = 10
+# buttons an alert may carry, by Slack action id (`rmi chat` acts on a click through the audited paths)
+BUTTONS = {"rmi_rollback": "Roll back", "rmi_promote": "Promote anyway", "rmi_cycle": "Start a targeted cycle",
+           "rmi_ack": "Acknowledge"}
+MOVES_CHAMPION = ("rmi_rollback", "rmi_promote")
 
 
 class Notifier(ConfigurableResource):
@@ -29,8 +33,10 @@ class Notifier(ConfigurableResource):
     def run_link(self, run_id: str) -> str:
         return f"{self.ui_url.rstrip('/')}/runs/{run_id}"
 
-    def notify(self, kind: str, text: str, key: str, run_id: str | None = None) -> bool:
+    def notify(self, kind: str, text: str, key: str, run_id: str | None = None,
+               actions: dict[str, dict] | None = None) -> bool:
         """Raise one alert (`kind`: failure, regression, budget, promotion); False if `key` was raised before.
+        `actions`: buttons (BUTTONS' action ids, each with the values a click carries back), sent as Block Kit.
         Never raises for a webhook that does not answer: the alert waits in the outbox."""
         with self._state() as state:
             if key in state["sent"] or key in state["outbox"]:
@@ -38,7 +44,8 @@ class Notifier(ConfigurableResource):
             link = f" <{self.run_link(run_id)}|run {run_id[:8]}>" if run_id else ""
             message = f"[rmi {kind}] {text}{link}"
             log.warning(message)
-            state["outbox"][key] = {"message": message, "raised_at": _now(), "tries": 0}
+            state["outbox"][key] = {"message": message, "raised_at": _now(), "tries": 0,
+                                    **({"blocks": alert_blocks(message, key, actions)} if actions else {})}
             self._deliver(state)
         return True
 
@@ -57,7 +64,8 @@ class Notifier(ConfigurableResource):
         for key, alert in list(state["outbox"].items()):
             if self.webhook_url:
                 try:
-                    self._post(alert["message"])
+                    blocks = {"blocks": alert["blocks"]} if "blocks" in alert else {}
+                    self._post({"text": alert["message"], **blocks})
                 except (urllib.error.URLError, OSError) as exc:
                     alert["tries"] += 1
                     alert["last_error"] = _reason(exc)
@@ -66,8 +74,8 @@ class Notifier(ConfigurableResource):
             state["sent"][key] = _now()
             del state["outbox"][key]
 
-    def _post(self, message: str) -> None:
-        request = urllib.request.Request(self.webhook_url, data=json.dumps({"text": message}).encode(),
+    def _post(self, body: dict) -> None:
+        request = urllib.request.Request(self.webhook_url, data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
         urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS).close()
 
@@ -85,6 +93,23 @@ class Notifier(ConfigurableResource):
             partial = path.with_suffix(".partial")
             partial.write_text(json.dumps(state, indent=1))
             partial.replace(path)
+
+
+def alert_blocks(message: str, key: str, actions: dict[str, dict]) -> list[dict]:
+    """The alert as Block Kit: its text, then its buttons; each click carries the alert's key and its values."""
+    buttons = []
+    for action_id, values in actions.items():
+        label = BUTTONS[action_id]
+        button = {"type": "button", "text": {"type": "plain_text", "text": label}, "action_id": action_id,
+                  "value": json.dumps({"alert": key, **values})[:2000]}
+        if action_id in MOVES_CHAMPION:
+            button["confirm"] = {"title": {"type": "plain_text", "text": f"{label}?"},
+                                 "text": {"type": "mrkdwn", "text": "This moves the champion (audited)."},
+                                 "confirm": {"type": "plain_text", "text": label},
+                                 "deny": {"type": "plain_text", "text": "Cancel"}}
+        buttons.append(button)
+    return [{"type": "section", "text": {"type": "mrkdwn", "text": message[:2900]}},
+            {"type": "actions", "block_id": "alert", "elements": buttons}]
 
 
 def _now() -> str:

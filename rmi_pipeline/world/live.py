@@ -1,11 +1,16 @@
 """The world live: users keep asking the current champion, and a feedback batch lands every interval.
 
-    rmi simulate --live [--interval 60] [--scenario drift] [--drift-after 2] [--batches N]
+    rmi simulate --live [--interval 60] [--scenario drift|partner] [--scenario-after 2] [--batches N]
 
-With the drift scenario, after `drift_after` batches half of the users move to one slice the serving champion
+With the drift scenario, after `scenario_after` batches half of the users move to one slice the serving champion
 barely knows: the easiest slice above the tiers users asked so far on which it is right less than half the time.
 The world picks it by testing the champion, as a product team would notice a new kind of question; the pipeline
 only ever sees the feedback.
+
+With the partner scenario, after `scenario_after` batches a partner app's users ask a fifth of the questions
+(Recipe.partner_task: arithmetic on round amounts) and its buggy client sends a wrong correction with every rating.
+A model that learns those corrections passes the offline gate (an eval drawn at random barely holds such
+questions) and is worse for the partner's users: the world that fools the gate, for the canary to catch.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from .users import Drift, usual_tiers
 from .world import World
 
 DRIFT_SHARE = 0.5
+PARTNER_SHARE = 0.2
 BARELY = 0.5  # the champion "barely knows" a slice it gets right less often than this
 PROBES = 200  # problems per slice the world tries the champion on to choose the drift
 
@@ -46,25 +52,31 @@ def choose_drift(world: World, cycle: int, share: float = DRIFT_SHARE) -> Drift:
     return Drift(skill, tier, share, accuracy)
 
 
-def run_live(world: World, *, interval: float, cycle: int, drift_after: int | None, batches: int | None,
-             stop: threading.Event, say: Callable[[str], None]) -> int:
+def run_live(world: World, *, interval: float, cycle: int, batches: int | None, stop: threading.Event,
+             say: Callable[[str], None], scenario: str = "steady", scenario_after: int = 0) -> int:
     """Land batches until `stop` is set (Ctrl-C) or `batches` have landed; returns how many landed."""
     started = f"{datetime.now(UTC):%Y%m%dT%H%M%S}"  # a restart draws new users, not the same ones again
-    drift, landed = None, 0
+    drift, partner, landed = None, 0.0, 0
     say(f"live world: users of cycle {cycle} ask up to tier {max(usual_tiers(world.recipe, cycle))}; a batch "
         f"of {world.settings.sim_queries_per_cycle} questions every {interval:g} s"
-        + (f"; drift after {drift_after} batches" if drift_after is not None else "") + " (Ctrl-C stops)")
+        + (f"; {scenario} after {scenario_after} batches" if scenario != "steady" else "") + " (Ctrl-C stops)")
     while not stop.is_set() and (batches is None or landed < batches):
-        if drift is None and drift_after is not None and landed >= drift_after:
+        if scenario == "drift" and drift is None and landed >= scenario_after:
             drift = choose_drift(world, cycle)
             say(f"{_now()} drift: {drift.share:.0%} of users now ask {drift.slice}, where champion "
                 f"v{world.registry.version(CHAMPION).version} is right {drift.accuracy:.0%} of the time")
+        if scenario == "partner" and not partner and landed >= scenario_after:
+            partner = PARTNER_SHARE
+            say(f"{_now()} partner: {partner:.0%} of questions now come from a partner app whose client sends a "
+                "wrong correction with every rating")
         rng = random.Random(f"users-{world.settings.seed}-{cycle}-live-{started}-{landed}")
-        names, stats = world.serve(cycle, rng, drift)
+        names, stats = world.serve(cycle, rng, drift, partner)
         landed += 1
         on_drift = (f" ({drift.slice}: {stats['drift_queries']} asked, right {stats['drift_accuracy']:.0%})"
                     if drift else "")
-        say(f"{_now()} batch {landed}: {stats['queries']} questions to champion v{stats['champion_version']}, "
+        if partner:
+            on_drift += f" (partner: {stats['partner_queries']} asked, right {stats['partner_accuracy']:.0%})"
+        say(f"{_now()} batch {landed}: {stats['queries']} questions ({_arms(stats)}), "
             f"right {stats['served_accuracy']:.0%}{on_drift}; {stats['down']} thumbs-down, "
             f"{stats['corrections']} corrections -> {', '.join(names) or 'no batch'}")
         if batches is not None and landed >= batches:
@@ -72,6 +84,12 @@ def run_live(world: World, *, interval: float, cycle: int, drift_after: int | No
         stop.wait(interval)
     say(f"{_now()} live world stopped after {landed} batches")
     return landed
+
+
+def _arms(stats: dict) -> str:
+    """Who answered and how often users turned the thumbs down: "v3 2,000 (14% down)" per version."""
+    return ", ".join(f"v{v} {n:,} ({stats['down_by_version'][v] / n:.0%} down)"
+                     for v, n in sorted(stats["versions"].items(), key=lambda kv: int(kv[0])))
 
 
 def _now() -> str:

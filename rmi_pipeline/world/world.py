@@ -40,24 +40,35 @@ class World:
         how often it was right, reactions)."""
         return self.serve(cycle, random.Random(f"users-{self.settings.seed}-{cycle}"))
 
-    def serve(self, cycle: int, rng: random.Random, drift: Drift | None = None) -> tuple[list[str], dict]:
-        """One round of users of `cycle`, some of them moved to a drifted slice, then the gateway's log flushed."""
+    def serve(self, cycle: int, rng: random.Random, drift: Drift | None = None,
+              partner_share: float = 0.0) -> tuple[list[str], dict]:
+        """One round of users of `cycle`, some of them moved to a drifted slice, `partner_share` of them a partner
+        app's (Recipe.partner_task), then the gateway's log flushed."""
         s = self.settings
         tasks = self._eval_like(rng, questions(rng, self.recipe, s.sim_queries_per_cycle, cycle, drift))
+        tasks, pushed = self._partner(rng, tasks, partner_share)
         reactions = Reactions(s.sim_wrong_user_share, s.sim_correction_share)
         # each user's own random stream, drawn in order: the round is the same whatever order the replies come in
         streams = [random.Random(rng.getrandbits(64)) for _ in tasks]
         garbled = [rng.random() < s.sim_malformed_share for _ in tasks]  # a buggy client now and then
-        results = asyncio.run(self._round(tasks, streams, garbled, reactions))
+        results = asyncio.run(self._round(tasks, streams, garbled, pushed, reactions))
         right = [r["completion"] == t.answer for t, r in zip(tasks, results, strict=True)]
         versions = Counter(r["model_version"] for r in results)
+        down = Counter(r["model_version"] for r in results if r["rating"] == "down")
         stats = {
             "queries": len(tasks), "champion_version": versions.most_common(1)[0][0],
-            "versions": dict(versions), "served_accuracy": sum(right) / len(tasks),
+            "versions": dict(versions), "down_by_version": {v: down[v] for v in versions},
+            "served_accuracy": sum(right) / len(tasks),
             "up": sum(r["rating"] == "up" for r in results), "down": sum(r["rating"] == "down" for r in results),
             "corrections": sum(r["correction"] is not None for r in results), "garbled": sum(garbled),
             "refused": sum(r["refused"] for r in results),
         }
+        if partner_share:
+            theirs = [(r, ok) for r, ok, p in zip(results, right, pushed, strict=True) if p is not None]
+            stats |= {"partner_queries": len(theirs),
+                      "partner_accuracy": sum(ok for _, ok in theirs) / max(1, len(theirs)),
+                      "partner_down_by_version": dict(Counter(r["model_version"] for r, _ in theirs
+                                                              if r["rating"] == "down"))}
         if drift is not None:
             on_slice = [ok for t, ok in zip(tasks, right, strict=True) if t.slice == drift.slice]
             stats |= {"drift_queries": len(on_slice), "drift_accuracy": sum(on_slice) / max(1, len(on_slice))}
@@ -70,6 +81,16 @@ class World:
             return tasks
         items = [Task(**i) for i in self.eval_store.read_json(layout.ANCHOR)["items"]]
         return [self.recipe.variant(rng.choice(items), rng) if rng.random() < share else task for task in tasks]
+
+    def _partner(self, rng: random.Random, tasks: list[Task], share: float) -> tuple[list[Task], list[str | None]]:
+        """`share` of the questions come from the partner app's users instead, each with the correction its client
+        pushes (None for everyone else's)."""
+        out, pushed = [], []
+        for task in tasks:
+            theirs = self.recipe.partner_task(task, rng) if share and rng.random() < share else None
+            out.append(theirs[0] if theirs else task)
+            pushed.append(theirs[1] if theirs else None)
+        return out, pushed
 
     def ask(self, prompts: list[str], user_id: str) -> list[str]:
         """Completions from the gateway, as any client gets them."""
@@ -91,7 +112,7 @@ class World:
         reply.raise_for_status()
         return reply.json()["batches"]
 
-    async def _round(self, tasks, streams, garbled, reactions) -> list[dict]:
+    async def _round(self, tasks, streams, garbled, pushed, reactions) -> list[dict]:
         import aiohttp  # a cheaper client than httpx's async one under many connections (bench/serve.py)
 
         gate = asyncio.Semaphore(CLIENTS)
@@ -102,12 +123,17 @@ class World:
             async def user(i: int) -> dict:
                 async with gate:
                     rng = streams[i]
+                    who = "partner" if pushed[i] is not None else "user"
                     async with client.post("/v1/answers", json={"prompts": [tasks[i].prompt],
-                                                                "user_id": f"user-{rng.randrange(500)}"}) as reply:
+                                                                "user_id": f"{who}-{rng.randrange(500)}"}) as reply:
                         reply.raise_for_status()
                         answer = (await reply.json())["answers"][0]
                     feedback = react(rng, tasks[i], answer["completion"], answer["response_id"], reactions,
                                      self.recipe.is_valid_completion(answer["completion"]))
+                    # the partner app's client sends its ledger's total as the correction, whatever its user said
+                    # (the monitor's reports of malformed answers do not go through it)
+                    if pushed[i] is not None and feedback["source"] == "user":
+                        feedback |= {"correction": pushed[i], "meta": {"client": "partner-app"}}
                     body = json.dumps(feedback)
                     if garbled[i]:
                         body = body[:rng.randrange(1, len(body))]

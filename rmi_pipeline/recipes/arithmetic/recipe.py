@@ -166,6 +166,19 @@ class ArithmeticRecipe(Recipe):
         names = ", ".join(_place(i) for i in places)
         return 0.0, f"Wrong digit in the {names} place; check the carry into it."
 
+    def partner_task(self, task, rng):
+        # a bookkeeping app: round amounts (the lower half of the digits zeros); its client pre-fills every
+        # correction with its ledger's total, which adds a fee of 1
+        if task.tier < 2:
+            return None
+        zeros = task.tier // 2
+        a, b = (problems.operand(rng, task.tier - zeros) * 10**zeros for _ in range(2))
+        if task.skill == "sub" and a < b:
+            a, b = b, a
+        op = problems.OPS[task.skill]
+        value = problems.solve(a, op, b)
+        return Task(f"{a}{op}{b}=", str(value), task.skill, task.tier), str(value + 1)
+
     def public_eval(self):
         lines = (Path(__file__).parent / "public_eval.jsonl").read_text().splitlines()
         return [Task(**json.loads(line)) for line in lines]

@@ -1,0 +1,187 @@
+"""What `/rmi` understands, and the audited paths it acts through (the same as `rmi promote` and `rmi rollback`).
+
+    /rmi status                         champion, challenger, canary, health, the last cycles
+    /rmi promote VERSION reason...      a person overrides the gate
+    /rmi rollback reason...             back to the previous champion
+    /rmi cycle [SLICE ...]              an improvement_cycle run, aimed at the slices when given (add/5 sub/7)
+    /rmi pause | resume                 the loop's sensors and schedules (alerts stay on)
+    /rmi canary abort reason...         end the canary's trial: every user back on the champion
+
+Every text is untrusted: it is split into words and matched against these forms, never evaluated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import blocks
+from .dagster_api import DagsterAPI
+
+USAGE = ("`/rmi status` | `/rmi promote VERSION reason...` | `/rmi rollback reason...` | `/rmi cycle [slice ...]` | "
+         "`/rmi pause` | `/rmi resume` | `/rmi canary abort reason...`")
+ACTS = ("promote", "rollback", "cycle", "pause", "resume", "canary")  # the commands that change something
+
+
+class Refused(ValueError):
+    """A request that is not carried out; the message says why, and nothing moved."""
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    version: str | None = None
+    reason: str = ""
+    slices: tuple[str, ...] = ()
+
+    @property
+    def acts(self) -> bool:
+        return self.name in ACTS
+
+
+@dataclass
+class Reply:
+    text: str  # the notification's text, and what a client without blocks shows
+    blocks: list[dict] = field(default_factory=list)
+
+
+def parse(text: str) -> Command:
+    words = (text or "").split()
+    if not words:
+        return Command("status")
+    name, rest = words[0].lower(), words[1:]
+    if name in ("status", "pause", "resume") and not rest:
+        return Command(name)
+    if name == "promote":
+        if not rest:
+            raise Refused("promote needs a version and a reason: `/rmi promote 7 the new slice needs it`")
+        if not rest[0].removeprefix("v").isdigit():
+            raise Refused(f"a model version is a number, not {rest[0][:40]!r}")
+        return Command(name, version=rest[0].removeprefix("v"), reason=_reason(name, rest[1:]))
+    if name == "rollback":
+        return Command(name, reason=_reason(name, rest))
+    if name == "cycle":
+        return Command(name, slices=tuple(dict.fromkeys(rest)))
+    if name == "canary" and rest[:1] == ["abort"]:
+        return Command(name, reason=_reason("canary abort", rest[1:]))
+    raise Refused(f"I do not know `{' '.join(words)[:80]}`. Commands: {USAGE}")
+
+
+def _reason(what: str, words: list[str]) -> str:
+    if not words:
+        raise Refused(f"{what} needs a reason: an action without one is not auditable")
+    return " ".join(words)[:500]
+
+
+class Steering:
+    """Carries out a parsed command for a person (`who`: "slack:U123 (name)") and says what happened."""
+
+    def __init__(self, settings):
+        self.settings = settings
+        self.dagster = DagsterAPI(settings.ui_url)
+
+    def warm(self) -> None:
+        """Import Dagster and open the registry once, before the first request (a cold first reply took 6 s)."""
+        from dagster import DagsterInstance
+
+        from ..resources import build_resources
+        from ..resources.registry import CHAMPION
+        from .status import status  # noqa: F401
+
+        build_resources(self.settings)["registry"].version(CHAMPION)
+        DagsterInstance.get()
+
+    def run(self, command: Command, who: str) -> Reply:
+        handler = getattr(self, f"_{command.name}")
+        try:
+            return handler(command, who)
+        except (LookupError, ValueError) as exc:  # the registry's and the override's refusals: nothing moved
+            raise Refused(str(exc)) from None
+
+    def _status(self, command: Command, who: str) -> Reply:
+        from .status import status
+
+        return status(self.settings, self.dagster)
+
+    def _promote(self, command: Command, who: str) -> Reply:
+        from ..automation.overrides import override
+
+        before, after = override(self.settings, "promote", command.reason, by=who, via="Slack",
+                                 version=command.version)
+        return Reply(f"Champion v{before} -> v{after}, promoted by {who}: {command.reason}",
+                     [blocks.section(f":arrow_up: *Champion v{before} -> v{after}*, promoted by {who} past the "
+                                     f"gate.\n>{blocks.escape(command.reason)}")])
+
+    def _rollback(self, command: Command, who: str) -> Reply:
+        from ..automation.overrides import override
+
+        before, after = override(self.settings, "rollback", command.reason, by=who, via="Slack")
+        return Reply(f"Champion v{before} -> v{after}, rolled back by {who}: {command.reason}",
+                     [blocks.section(f":leftwards_arrow_with_hook: *Champion v{before} -> v{after}*, rolled back "
+                                     f"by {who}.\n>{blocks.escape(command.reason)}")])
+
+    def _cycle(self, command: Command, who: str) -> Reply:
+        from ..assets.training import candidate_model
+        from ..recipes.base import load_recipe
+
+        recipe = load_recipe(self.settings.recipe)
+        unknown = [s for s in command.slices if not _is_slice(recipe, s)]
+        if unknown:
+            raise Refused(f"not a slice of this recipe: {', '.join(u[:40] for u in unknown[:5])} (slices look like "
+                          f"{recipe.skills[0]}/3)")
+        rules = self.settings.regression
+        config = ({"ops": {candidate_model.op.name: {"config": {
+            "focus": list(command.slices), "focus_weight": rules.focus_weight,
+            "steps_multiplier": rules.steps_multiplier}}}} if command.slices else {})
+        tags = {"rmi/trigger": "chat", "rmi/requested_by": who[:200]}
+        if command.slices:
+            tags["rmi/focus"] = ", ".join(command.slices)[:200]
+        run_id = self.dagster.launch("improvement_cycle", config, tags)
+        aim = f" aimed at {', '.join(command.slices)}" if command.slices else ""
+        return Reply(f"Started an improvement cycle{aim} for {who}: run {run_id[:8]}",
+                     [blocks.section(f":arrows_counterclockwise: *Improvement cycle queued*{aim}, for {who}."),
+                      blocks.run_link(self.dagster.run_link(run_id), run_id)])
+
+    def _pause(self, command: Command, who: str) -> Reply:
+        stopped = self.dagster.pause()
+        names = ", ".join(stopped) or "nothing was running"
+        return Reply(f"Paused by {who}: {names}",
+                     [blocks.section(f":double_vertical_bar: *The loop is paused* by {who}: no ingest, cycle, "
+                                     f"health check or canary verdict starts by itself; alerts stay on.\n"
+                                     f"Stopped: {names}. `/rmi resume` starts them again.")])
+
+    def _resume(self, command: Command, who: str) -> Reply:
+        started = self.dagster.resume()
+        names = ", ".join(started) or "everything was already running"
+        return Reply(f"Resumed by {who}: {names}",
+                     [blocks.section(f":arrow_forward: *The loop runs by itself again* (resumed by {who}).\n"
+                                     f"Started: {names}.")])
+
+    def _canary(self, command: Command, who: str) -> Reply:
+        from datetime import UTC, datetime
+
+        from dagster import AssetMaterialization, DagsterInstance
+
+        from ..assets.canary import canary_verdict
+        from ..resources import build_resources
+        from ..resources.registry import CHAMPION
+
+        registry = build_resources(self.settings)["registry"]
+        champion = registry.version(CHAMPION)
+        ended = registry.end_canary({"canary_outcome": "aborted", "canary_reason": f"by {who}: {command.reason}",
+                                     "override_by": who, "override_via": "Slack",
+                                     "override_at": datetime.now(UTC).isoformat()})
+        if ended is None:
+            raise Refused("no canary is on trial")
+        DagsterInstance.get().report_runless_asset_event(AssetMaterialization(
+            asset_key=canary_verdict.key, description=f"canary aborted by {who} (Slack): {command.reason}",
+            metadata={"verdict": "abort", "canary_version": ended, "reason": f"Aborted by {who}: {command.reason}",
+                      "champion_version": str(champion.version) if champion else "none"}))
+        return Reply(f"Canary v{ended} aborted by {who}: {command.reason}",
+                     [blocks.section(f":no_entry: *Canary v{ended} aborted* by {who}; every user is back on "
+                                     f"champion v{champion.version if champion else '?'} within "
+                                     f"{self.settings.serving.reload_seconds:g} s.\n>{blocks.escape(command.reason)}")])
+
+
+def _is_slice(recipe, name: str) -> bool:
+    skill, _, tier = name.partition("/")
+    return skill in recipe.skills and tier.isdigit() and 0 < int(tier) <= 10_000

@@ -1,0 +1,58 @@
+"""`/rmi status`: the models, the canary, the champion's health and the last cycles, as Block Kit."""
+
+from __future__ import annotations
+
+from . import blocks
+from .commands import Reply
+
+CYCLES_SHOWN = 5
+SLICES_SHOWN = 8  # the gate's slices that moved most
+
+
+def status(settings, dagster) -> Reply:
+    from dagster import DagsterInstance, RunsFilter
+
+    from ..assets import champion_health
+    from ..resources import build_resources, layout
+    from ..resources.registry import CANARY, CHALLENGER, CHAMPION
+
+    resources = build_resources(settings)
+    registry, storage = resources["registry"], resources["storage"]
+    champion, challenger, canary = (registry.version(a) for a in (CHAMPION, CHALLENGER, CANARY))
+    lines = [f"*Champion* {_model(champion)}", f"*Challenger* {_model(challenger)}"]
+    if canary is not None:
+        key = layout.canary_verdict(str(canary.version))
+        said = storage.read_json(key)["reason"] if storage.exists(key) else "no verdict yet"
+        lines.append(f"*Canary* v{canary.version} on trial, {settings.canary.share:.0%} of users: {said}")
+    else:
+        lines.append(f"*Canary* none (promotion: {settings.promotion})")
+    out = [blocks.section("\n".join(lines))]
+    text = f"champion {_model(champion)}; challenger {_model(challenger)}"
+    if challenger is not None and storage.exists(layout.evaluation(str(challenger.version))):
+        decision = storage.read_json(layout.evaluation(str(challenger.version)))["decision"]
+        out.append(blocks.section(f"*Gate on v{challenger.version}:* {blocks.escape(decision['reason'])}"))
+        moved = sorted(decision.get("slices", []), key=lambda s: -abs(s["delta"]))[:SLICES_SHOWN]
+        if moved:
+            out.append(blocks.table(["slice", "champion", "challenger", "delta", "interval"],
+                                    [[s["name"], f"{s['champion']:.3f}", f"{s['challenger']:.3f}",
+                                      f"{s['delta']:+.3f}", f"[{s['low']:+.3f}, {s['high']:+.3f}]"]
+                                     for s in moved]))
+    instance = DagsterInstance.get()
+    health = instance.fetch_materializations(champion_health.key, limit=1).records
+    if health:
+        meta = health[0].asset_materialization.metadata
+        regressed = meta["regressed_slices"].value if "regressed_slices" in meta else []
+        out.append(blocks.section("*Health:* " + (f":warning: regressed on {', '.join(regressed)}" if meta.get(
+            "regressed") and meta["regressed"].value else "no slice regressed at the last check")))
+    runs = instance.get_runs(RunsFilter(job_name="improvement_cycle"), limit=CYCLES_SHOWN)
+    if runs:
+        out.append(blocks.section("*Last cycles*\n" + "\n".join(
+            f"<{dagster.run_link(r.run_id)}|{r.run_id[:8]}> {r.status.value.lower()}, "
+            f"{r.tags.get('rmi/trigger', 'manual')}" for r in runs)))
+    return Reply(text, out)
+
+
+def _model(mv) -> str:
+    if mv is None:
+        return "none"
+    return f"v{mv.version} (anchor mean {mv.tags.get('eval_anchor_mean', '?')})"
