@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import logging
-
 from ..settings import Settings
-from .home import prepare_home, say
+from .home import prepare_home, say, server_logging
 
 
 def cmd_chat(args) -> int:
@@ -15,9 +13,7 @@ def cmd_chat(args) -> int:
 
     from ..chat.app import build_asgi
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("mlflow", "alembic", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    server_logging()
     app = build_asgi(settings)
     users = len(settings.chat.allowed_users)
     say(f"rmi chat: Slack requests on http://{args.host}:{args.port}/slack/events (signed requests only; "

@@ -81,3 +81,12 @@ def _simulated_anchor(evals: Path) -> list[Path]:
         return [anchor] if json.loads(anchor.read_text()).get("curated_by") == layout.SIMULATED_CURATORS else []
     except (OSError, ValueError):
         return []
+
+
+def server_logging() -> None:
+    """A long-running server's log lines (`rmi serve`, `rmi chat`): time, level, logger; libraries' chatter off."""
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("mlflow", "alembic", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

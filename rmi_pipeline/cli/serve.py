@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import threading
 import time
 
 from ..settings import Settings
-from .home import prepare_home, say
+from .home import prepare_home, say, server_logging
 
 
 def cmd_serve(args) -> int:
@@ -19,9 +18,7 @@ def cmd_serve(args) -> int:
 
     from ..serving.app import build_app
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("mlflow", "alembic", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    server_logging()
     if args.exit_with_parent:
         _exit_with_parent()
     app = build_app(settings, alias=args.alias)
