@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rmi_pipeline.cli.main import main
 
 
@@ -29,7 +31,15 @@ def test_simulating_users_without_a_champion_is_a_clear_error(rmi_env, capsys):
 
 def test_the_console_script_is_installed():
     rmi = subprocess.run([str(Path(sys.executable).parent / "rmi"), "--help"], capture_output=True, text=True)
-    assert rmi.returncode == 0 and "run" in rmi.stdout and "status" in rmi.stdout
+    assert rmi.returncode == 0 and "run" in rmi.stdout and "status" in rmi.stdout and "chat" in rmi.stdout
+    version = subprocess.run([str(Path(sys.executable).parent / "rmi"), "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.startswith("rmi 0.")
+
+
+def test_a_version_that_is_not_a_number_is_refused_at_once_and_the_champion_stays(rmi_env, capsys):
+    with pytest.raises(SystemExit) as refused:
+        main(["promote", "abc", "--reason", "a typo"])
+    assert refused.value.code == 2 and "invalid int value: 'abc'" in capsys.readouterr().err
 
 
 def test_a_fresh_home_forgets_the_old_gateway_log_and_eval_sets_and_keeps_what_the_loop_did_not_write(rmi_env):

@@ -72,6 +72,23 @@ def test_each_source_of_the_training_mix_has_its_rows_and_loss_logged(loop):
         assert metrics[f"rows_{source}"] == rows > 0 and metrics[f"loss_{source}"] >= 0, source
 
 
+def test_the_mlflow_ui_shows_each_candidate_s_eval_results_dataset_and_verdict(loop):
+    registry = loop["registry"]
+    mv = registry.version("champion")  # the cycle-1 candidate, judged against v1
+    report = loop["storage"].read_json(layout.evaluation(str(mv.version)))
+    run = registry.client().get_run(mv.run_id)
+    metrics, decision = run.data.metrics, report["decision"]
+    assert metrics["eval_anchor_mean"] == pytest.approx(report["scores"]["challenger_anchor_mean"])
+    assert metrics["champion_anchor_mean"] == pytest.approx(report["scores"]["champion_anchor_mean"])
+    assert metrics["gate_gain_low"] == pytest.approx(decision["gain_low"], abs=1e-4) and metrics["gate_promote"] == 1
+    assert {f"eval_slice/{s['name']}" for s in decision["slices"]} <= set(metrics)
+    [dataset] = run.inputs.dataset_inputs
+    assert dataset.dataset.name == mv.tags["dataset_version"] and "train.parquet" in dataset.dataset.source
+    assert dataset.tags[0].value == "training"
+    described = registry.client().get_model_version(registry.model_name, str(mv.version)).description
+    assert f"Gate: promote against champion v1. {decision['reason']}" in described
+
+
 def register(loop, module, name: str) -> int:
     with loop["registry"].run(name, tags={}) as run_id:
         return loop["registry"].register_model(run_id, ArithmeticRecipe().checkpoint(module), RECIPE_PATH,

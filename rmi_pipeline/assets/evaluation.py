@@ -92,6 +92,12 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
     interval = {f"{of}_low": round(decision.gain_low, 4), f"{of}_high": round(decision.gain_high, 4)}
     if champion:
         interval["gain"] = round(decision.gain, 4)
+    registry.log_evaluation(challenger.version, {
+        **{f"eval_{k.removeprefix('challenger_')}": v for k, v in scores.items() if k.startswith("challenger_")},
+        **{k: v for k, v in scores.items() if k.startswith("champion_")},
+        **{f"gate_{k}": v for k, v in interval.items()}, "gate_promote": float(decision.promote),
+        **{f"eval_slice/{s.name}": s.challenger for s in decision.slices}},
+        f"{verdict} against champion v{champion.version if champion else 'none'}. {decision.reason}")
     return MaterializeResult(metadata={
         "verdict": verdict,
         "reason": decision.reason,

@@ -87,6 +87,7 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, set
                                             "tokens_trained")}
         metrics |= {k: v for k, v in reported.items() if k.startswith(("loss_", "rows_"))}  # per mix source
         registry.log_training(run_id, params, metrics, invocation.get_custom_messages())
+        registry.log_dataset(run_id, storage.uri(layout.dataset_rows(version)), version)
         mv = registry.register_model(run_id, storage.read_bytes(checkpoint_key), settings.recipe, tags=lineage)
     if reported["stopped_by_time"]:
         context.log.warning(f"training stopped by its time cap after {reported['steps_done']}/{steps} steps")

@@ -90,7 +90,10 @@ def cmd_status(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     # before torch loads: its waiting OpenMP threads sleep instead of spinning, so shared cores stay usable
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from importlib.metadata import version
+
     parser = argparse.ArgumentParser(prog="rmi", description="Recursive model improvement on Dagster.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version('rmi-pipeline')}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the loop against the simulated world")
     run.add_argument("--cycles", type=int, default=5, help="improvement cycles after the first model")
@@ -117,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="champion, challenger, warehouse").set_defaults(fn=cmd_status)
     add_feedback_commands(sub)
     promote = sub.add_parser("promote", help="make a model version the champion, past the gate (audited)")
-    promote.add_argument("version", help="the MLflow model version")
+    promote.add_argument("version", type=int, help="the MLflow model version (a number; not the champion's)")
     promote.add_argument("--reason", required=True, help="why: recorded with who and when")
     promote.set_defaults(fn=cmd_promote)
     rollback = sub.add_parser("rollback", help="move the champion back to the previous one (audited)")

@@ -95,6 +95,37 @@ class ModelRegistry(ConfigurableResource):
         for start in range(0, len(points), 1000):  # MLflow takes at most 1000 metrics per batch
             client.log_batch(run_id, metrics=points[start:start + 1000])
 
+    def log_dataset(self, run_id: str, uri: str, version: str) -> None:
+        """The training dataset as the run's input (MLflow's Datasets panel): its version, where it lies, its digest
+        (the version's hash)."""
+        import warnings
+
+        from mlflow.data.dataset_source_registry import resolve_dataset_source
+        from mlflow.data.meta_dataset import MetaDataset
+        from mlflow.entities import DatasetInput, InputTag
+
+        with warnings.catch_warnings():  # a file:// URI reads as two kinds of local source, the same one
+            warnings.simplefilter("ignore", UserWarning)
+            source = resolve_dataset_source(uri)
+        dataset = MetaDataset(source, name=version, digest=version.rsplit("-", 1)[-1][:36])
+        self.client().log_inputs(run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(),
+                                                                tags=[InputTag("mlflow.data.context", "training")])])
+
+    def log_evaluation(self, version: str | int, metrics: dict[str, float], verdict: str) -> None:
+        """The gate's results as metrics of the run that made `version` (plotted beside its training loss), and its
+        verdict in the version's description."""
+        import time
+
+        from mlflow.entities import Metric
+
+        client, now = self.client(), int(time.time() * 1000)
+        mv = client.get_model_version(self.model_name, str(version))
+        points = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
+        for start in range(0, len(points), 1000):
+            client.log_batch(mv.run_id, metrics=points[start:start + 1000])
+        described = (mv.description or "").split(" Gate: ")[0]
+        client.update_model_version(self.model_name, str(version), description=f"{described} Gate: {verdict}"[:5000])
+
     def register_model(self, run_id: str, checkpoint: bytes, recipe: str, tags: dict[str, str]):
         """Log a checkpoint (Recipe.checkpoint's bytes) as the run's MLflow model (a pyfunc any MLflow client
         loads), create a model version from it and point `challenger` at it."""
