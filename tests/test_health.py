@@ -44,8 +44,9 @@ def test_a_rising_thumbs_down_rate_regresses_and_starts_targeted_cycles_until_th
         def health() -> dict:
             result = materialize([eval_suite, champion_health], instance=instance, resources=resources,
                                  selection=[champion_health])
+            [check] = result.get_asset_check_evaluations()  # the UI's green or warning
             return {k: v.value for k, v in result.asset_materializations_for_node("champion_health")[0]
-                    .metadata.items()}
+                    .metadata.items()} | {"check_passed": check.passed}
 
         def tick():
             return regression_sensor(build_sensor_context(
@@ -54,12 +55,12 @@ def test_a_rising_thumbs_down_rate_regresses_and_starts_targeted_cycles_until_th
         assert materialize([eval_suite], instance=instance, resources=resources).success
         land("calm.jsonl", "up", 0)
         first = health()
-        assert first["regressed"] is False and first["thumbs_down add/3"] == 0.0
+        assert first["regressed"] is False and first["thumbs_down add/3"] == 0.0 and first["check_passed"]
         assert "healthy" in tick().skip_message
 
         land("angry.jsonl", "down", 1000)
         second = health()
-        assert second["regressed"] is True and second["regressed_slices"] == ["add/3"]
+        assert second["regressed"] is True and second["regressed_slices"] == ["add/3"] and not second["check_passed"]
         assert second["thumbs_down add/3"] == 0.5
 
         request = tick()

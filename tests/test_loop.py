@@ -103,6 +103,11 @@ def evaluate_challenger(loop, settings: Settings | None = None) -> tuple[bool, d
                                         **{k: loop[k] for k in ("storage", "eval_store", "registry", "notifier")}})
     assert result.success
     promoted = any(e.asset_key.to_user_string() == "champion" for e in result.get_asset_materialization_events())
+    [gate] = [c for c in result.get_asset_check_evaluations() if c.check_name == "gate"]
+    assert gate.passed == promoted  # the UI's green or warning says what the gate decided
+    [table] = [e.materialization.metadata["slices"] for e in result.get_asset_materialization_events()
+               if e.asset_key == candidate_evaluation.key]
+    assert {r.data["slice"] for r in table.records} >= {"add/1", "sub/1"}
     version = loop["registry"].version("challenger").version
     return promoted, json.loads(loop["storage"].read_bytes(layout.evaluation(version)))
 

@@ -36,7 +36,15 @@ HEADROOM_CHECK = AssetCheckSpec(
                 "that in one cycle, or the recipe has no harder tier to make.")
 
 
-@asset(deps=[candidate_model, eval_suite], group_name="evaluation", kinds={"pytorch"}, check_specs=[HEADROOM_CHECK])
+GATE_CHECK = AssetCheckSpec(
+    "gate", asset="candidate_evaluation",
+    description="Green when the challenger is better than the champion by the paired-bootstrap gate (its gain's "
+                "lower bound above RMI_GATE_MIN_GAIN, no slice significantly worse past RMI_GATE_SLICE_TOLERANCE, no "
+                "leak signal); a warning when it is rejected. The champion stays where it was on a warning.")
+
+
+@asset(deps=[candidate_model, eval_suite], group_name="evaluation", kinds={"pytorch"},
+       check_specs=[GATE_CHECK, HEADROOM_CHECK])
 def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
                          eval_store: ObjectStore, registry: ModelRegistry) -> MaterializeResult:
     """The challenger and the champion answer every sealed eval item; the paired-bootstrap gate decides per slice
@@ -109,7 +117,30 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
         "eval_items": {k: len(v) for k, v in sets.items()},
         "eval_compute_seconds": round(compute_seconds, 3),
         "verdict_table": MetadataValue.md(markdown(decision)),
-    }, check_results=[headroom(slices, counted)])
+        "slices": slice_table(decision),
+    }, check_results=[gate(decision, interval), headroom(slices, counted)])
+
+
+def gate(decision, interval: dict) -> AssetCheckResult:
+    """The verdict as a check the UI colours: passed when the gate promotes."""
+    regressed = [s.name for s in decision.slices if s.regressed]
+    return AssetCheckResult(check_name="gate", passed=decision.promote, severity=AssetCheckSeverity.WARN,
+                            description=decision.reason[:1000],
+                            metadata={"reason": decision.reason, **interval,
+                                      "regressed_slices": ", ".join(regressed) or "none"})
+
+
+def slice_table(decision) -> MetadataValue:
+    """Every slice as a sortable table: scores, the paired delta and its interval, whether it counts."""
+    from dagster import TableColumn, TableRecord, TableSchema
+
+    columns = [("slice", "string"), ("items", "int"), ("counted", "bool"), ("challenger", "float"),
+               ("champion", "float"), ("delta", "float"), ("low", "float"), ("high", "float"), ("regressed", "bool")]
+    records = [TableRecord({"slice": s.name, "items": s.items, "counted": s.counted,
+                            **{k: None if getattr(s, k) is None else round(getattr(s, k), 4)
+                               for k in ("challenger", "champion", "delta", "low", "high")},
+                            "regressed": s.regressed}) for s in decision.slices]
+    return MetadataValue.table(records, schema=TableSchema([TableColumn(n, t) for n, t in columns]))
 
 
 def headroom(slices: dict, counted: set[str]) -> AssetCheckResult:

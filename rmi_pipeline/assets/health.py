@@ -21,7 +21,16 @@ rated on) is rolled back to it through the audited rollback path, and a person i
 
 from datetime import UTC, datetime
 
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, ResourceParam, asset
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    MaterializeResult,
+    MetadataValue,
+    ResourceParam,
+    asset,
+)
 
 from ..recipes.base import slice_name
 from ..resources import layout
@@ -35,7 +44,14 @@ from .evals import eval_suite, load_sets
 MIN_RATED = 30  # fewer rated answers on a slice say nothing about its rate
 
 
-@asset(deps=[eval_suite], group_name="health", kinds={"pytorch", "duckdb"})
+HEALTH_CHECK = AssetCheckSpec(
+    "champion_holds_up", asset="champion_health",
+    description="No slice of the champion fell past RMI_HEALTH_TOLERANCE against its baseline, on the eval or in "
+                "users' thumbs-down, and it was not rolled back; a warning names the slices (regression_sensor aims "
+                "a cycle at them).")
+
+
+@asset(deps=[eval_suite], group_name="health", kinds={"pytorch", "duckdb"}, check_specs=[HEALTH_CHECK])
 def champion_health(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
                     eval_store: ObjectStore, registry: ModelRegistry, warehouse: Warehouse,
                     notifier: Notifier) -> MaterializeResult:
@@ -49,7 +65,8 @@ def champion_health(context: AssetExecutionContext, settings: ResourceParam[Sett
 
     champion = registry.version(CHAMPION)
     if champion is None:
-        return MaterializeResult(metadata={"regressed": False, "status": "no champion yet"})
+        return MaterializeResult(metadata={"regressed": False, "status": "no champion yet"}, check_results=[
+            AssetCheckResult(check_name=HEALTH_CHECK.name, passed=True, description="No champion yet.")])
     recipe = load_recipe(settings.recipe)
     manifest = storage.read_json(layout.EVAL_MANIFEST)
     tasks = eval_tasks(load_sets(eval_store, manifest))
@@ -97,7 +114,12 @@ def champion_health(context: AssetExecutionContext, settings: ResourceParam[Sett
         **{f"eval {k}": round(v, 4) for k, v in scores.items()},
         **{f"thumbs_down {k}": round(v, 4) for k, v in down.items()},
         "slices": MetadataValue.md("\n".join(lines)),
-    })
+    }, check_results=[AssetCheckResult(
+        check_name=HEALTH_CHECK.name, passed=not regressed and not rolled_back, severity=AssetCheckSeverity.WARN,
+        description=(f"Rolled back: {rolled_back}" if rolled_back else
+                     f"v{champion.version} regressed on {', '.join(regressed)}" if regressed else
+                     f"v{champion.version} holds up on every slice"),
+        metadata={"regressed_slices": ", ".join(regressed) or "none", "champion_version": str(champion.version)})])
 
 
 def _roll_back_if_worse(context, settings: Settings, registry: ModelRegistry, notifier: Notifier, version: str,
