@@ -223,6 +223,8 @@ class Settings(BaseSettings):
                                       "improvement cycle by themselves.")
     alert_webhook_url: str | None = Field(default=None, description="Slack-compatible webhook for alerts; unset: "
                                           "alerts are only logged.")
+    alert_timeout_seconds: float = Field(default=10.0, gt=0, description="How long one post to the alert webhook "
+                                         "may take; 3 tries, then the alert waits in the outbox.")
     ui_url: str = Field(default="http://127.0.0.1:3000", description="The Dagster webserver: where alerts link runs "
                         "to, and whose GraphQL API `rmi chat` starts cycles and pauses the automation through.")
     health_cron: str = Field(default="0 * * * *", description="When champion_health runs (also after each ingest).")

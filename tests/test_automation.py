@@ -38,7 +38,12 @@ def test_alerts_post_slack_json_once_with_a_link_to_the_run(receiver, tmp_path):
     assert notifier.notify("promotion", "champion v1 -> v2", key="promotion-2", run_id="abcdef123456")
     assert not notifier.notify("promotion", "champion v1 -> v2", key="promotion-2", run_id="abcdef123456")
     link = "<http://127.0.0.1:3000/runs/abcdef123456|run abcdef12>"
-    assert bodies == [{"text": f"[rmi promotion] champion v1 -> v2 {link}"}]
+    [body] = bodies
+    assert body["text"] == f"[rmi promotion] champion v1 -> v2 {link}"
+    assert body["blocks"][0]["text"]["text"] == body["text"]  # Block Kit, with a button to the run
+    assert body["blocks"][1]["elements"] == [{"type": "button", "text": {"type": "plain_text", "text": "Open the run"},
+                                              "url": "http://127.0.0.1:3000/runs/abcdef123456",
+                                              "action_id": "rmi_open_run"}]
     quiet = Notifier(webhook_url=None, state_path=str(tmp_path / "quiet.json"))
     assert quiet.notify("failure", "logged only", key="x") and len(bodies) == 1
 

@@ -1,5 +1,6 @@
 """Nothing lost, nothing stuck: a kill between the writes of a promotion or a rollback, a webhook that is down."""
 
+import json
 import os
 import shutil
 import signal
@@ -124,3 +125,29 @@ def test_an_alert_to_a_webhook_that_is_down_waits_in_the_outbox_and_is_sent_when
         server.shutdown()
     assert [b["text"] for b in bodies] == ["[rmi promotion] champion v1 -> v2"]
     assert notifier.undelivered() == {} and notifier.flush() == 0 and len(bodies) == 1
+
+
+def test_a_webhook_that_fails_once_gets_the_alert_on_the_next_try_of_the_same_delivery(tmp_path):
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    answers, bodies = [503, 200], []
+
+    class Flaky(BaseHTTPRequestHandler):
+        def do_POST(self):
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(answers.pop(0))
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Flaky)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        notifier = Notifier(webhook_url=f"http://127.0.0.1:{server.server_port}/hook",
+                            state_path=str(tmp_path / "alerts.json"), timeout_seconds=5)
+        assert notifier.notify("failure", "ingest_feedback failed", key="failure-1", run_id="r1234567890")
+    finally:
+        server.shutdown()
+    assert len(bodies) == 2 and bodies[0] == bodies[1] and notifier.undelivered() == {}  # retried, then taken

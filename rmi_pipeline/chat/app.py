@@ -80,6 +80,10 @@ def build_app(settings):
             respond(text=reply.text, blocks=reply.blocks,
                     response_type="in_channel" if parsed.acts else "ephemeral")
 
+    @app.action("rmi_open_run")  # a link button: Slack opens the run and tells the app, which has nothing to do
+    def on_link(ack):
+        ack()
+
     @app.action(re.compile(f"^({'|'.join(BUTTONS)})$"))
     def on_button(ack, body, action, respond):
         ack()

@@ -25,7 +25,7 @@ def build_resources(settings: Settings) -> dict:
                                lock_timeout_seconds=settings.warehouse_lock_timeout_seconds),
         # the webhook is a secret: Dagster shows it as an environment variable, never its value
         "notifier": Notifier(webhook_url=EnvVar("RMI_ALERT_WEBHOOK_URL") if settings.alert_webhook_url else None,
-                             ui_url=settings.ui_url,
+                             ui_url=settings.ui_url, timeout_seconds=settings.alert_timeout_seconds,
                              state_path=str(settings.resolved_home / "alerts_sent.json")),
         "registry": ModelRegistry(
             tracking_uri=settings.resolved_tracking_uri,

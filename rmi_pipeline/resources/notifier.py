@@ -18,7 +18,7 @@ from pathlib import Path
 from dagster import ConfigurableResource
 
 log = logging.getLogger("rmi.alerts")
-TIMEOUT_SECONDS = 10
+ATTEMPTS = 3  # per delivery, a second apart and then two (tenacity); after that the alert waits in the outbox
 # buttons an alert may carry, by Slack action id (`rmi chat` acts on a click through the audited paths)
 BUTTONS = {"rmi_rollback": "Roll back", "rmi_promote": "Promote anyway", "rmi_cycle": "Start a targeted cycle",
            "rmi_ack": "Acknowledge"}
@@ -29,6 +29,7 @@ class Notifier(ConfigurableResource):
     webhook_url: str | None = None
     ui_url: str = "http://127.0.0.1:3000"
     state_path: str
+    timeout_seconds: float = 10.0
 
     def run_link(self, run_id: str) -> str:
         return f"{self.ui_url.rstrip('/')}/runs/{run_id}"
@@ -45,7 +46,8 @@ class Notifier(ConfigurableResource):
             message = f"[rmi {kind}] {text}{link}"
             log.warning(message)
             state["outbox"][key] = {"message": message, "raised_at": _now(), "tries": 0,
-                                    **({"blocks": alert_blocks(message, key, actions)} if actions else {})}
+                                    "blocks": alert_blocks(message, key, actions or {},
+                                                           self.run_link(run_id) if run_id else None)}
             self._deliver(state)
         return True
 
@@ -64,8 +66,7 @@ class Notifier(ConfigurableResource):
         for key, alert in list(state["outbox"].items()):
             if self.webhook_url:
                 try:
-                    blocks = {"blocks": alert["blocks"]} if "blocks" in alert else {}
-                    self._post({"text": alert["message"], **blocks})
+                    self._post({"text": alert["message"], **({"blocks": alert["blocks"]} if "blocks" in alert else {})})
                 except (urllib.error.URLError, OSError) as exc:
                     alert["tries"] += 1
                     alert["last_error"] = _reason(exc)
@@ -75,9 +76,14 @@ class Notifier(ConfigurableResource):
             del state["outbox"][key]
 
     def _post(self, body: dict) -> None:
+        from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
         request = urllib.request.Request(self.webhook_url, data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
-        urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS).close()
+        for attempt in Retrying(stop=stop_after_attempt(ATTEMPTS), wait=wait_exponential(multiplier=1, max=2),
+                                retry=retry_if_exception_type(OSError), reraise=True):
+            with attempt:
+                urllib.request.urlopen(request, timeout=self.timeout_seconds).close()
 
     @contextmanager
     def _state(self):
@@ -95,9 +101,11 @@ class Notifier(ConfigurableResource):
             partial.replace(path)
 
 
-def alert_blocks(message: str, key: str, actions: dict[str, dict]) -> list[dict]:
-    """The alert as Block Kit: its text, then its buttons; each click carries the alert's key and its values."""
-    buttons = []
+def alert_blocks(message: str, key: str, actions: dict[str, dict], run_url: str | None) -> list[dict]:
+    """The alert as Block Kit: its text, then its buttons (the run in the UI; what a person may do through
+    `rmi chat`, each click carrying the alert's key and its values)."""
+    buttons = ([{"type": "button", "text": {"type": "plain_text", "text": "Open the run"}, "url": run_url,
+                 "action_id": "rmi_open_run"}] if run_url else [])
     for action_id, values in actions.items():
         label = BUTTONS[action_id]
         button = {"type": "button", "text": {"type": "plain_text", "text": label}, "action_id": action_id,
@@ -108,8 +116,8 @@ def alert_blocks(message: str, key: str, actions: dict[str, dict]) -> list[dict]
                                  "confirm": {"type": "plain_text", "text": label},
                                  "deny": {"type": "plain_text", "text": "Cancel"}}
         buttons.append(button)
-    return [{"type": "section", "text": {"type": "mrkdwn", "text": message[:2900]}},
-            {"type": "actions", "block_id": "alert", "elements": buttons}]
+    section = {"type": "section", "text": {"type": "mrkdwn", "text": message[:2900]}}
+    return [section, {"type": "actions", "block_id": "alert", "elements": buttons}] if buttons else [section]
 
 
 def _now() -> str:
