@@ -237,6 +237,14 @@ def test_a_canary_aborted_from_chat_ends_its_trial_and_says_so_in_the_registry_a
     assert event.asset_materialization.metadata["verdict"].value == "abort"
 
 
+def test_untrusted_text_cannot_mention_the_channel_or_forge_a_link_in_a_reply(chat):
+    ack, _ = command(chat, "<!channel> see <https://evil.example|the run>")
+    assert ack["text"].startswith(":x: I do not know `&lt;!channel&gt; see &lt;https://evil.example|the run&gt;`")
+    _, reply = command(chat, "promote 3 <!channel> it is better")
+    assert "<!channel>" not in json.dumps(reply) and "&lt;!channel&gt; it is better" in reply["text"]
+    command(chat, "rollback undo the test's promotion")
+
+
 def test_the_signing_secret_and_the_token_are_never_logged(chat):
     command(chat, f"promote 2 {SECRET}")  # even a user who pastes it does not make the server log it
     logs = chat["log"].read_text() + (chat["home"] / "ui.log").read_text()

@@ -50,10 +50,10 @@ def build_app(settings):
             reply = steering.run(command, who)
         except Refused as exc:
             audit.record(settings, user=user, text=text, outcome="refused", detail=str(exc), source=source)
-            return None, f":x: {exc}"
+            return None, f":x: {blocks.escape(str(exc))}"
         except (ConnectionError, RuntimeError) as exc:
             audit.record(settings, user=user, text=text, outcome="failed", detail=str(exc), source=source)
-            return None, f":warning: {exc}"
+            return None, f":warning: {blocks.escape(str(exc))}"
         if command.acts:
             audit.record(settings, user=user, text=text, outcome="done", detail=reply.text, source=source)
         return reply, None
@@ -66,7 +66,7 @@ def build_app(settings):
             parsed = parse(text)
         except Refused as exc:
             audit.record(settings, user=user, text=text, outcome="refused", detail=str(exc))
-            ack(text=f":x: {exc}", response_type="ephemeral")
+            ack(text=f":x: {blocks.escape(str(exc))}", response_type="ephemeral")
             return
         if parsed.acts and not allowed(user, text, "slash command"):
             ack(text=f":no_entry: {who} may not `{parsed.name}`: only the users in RMI_SLACK_ALLOWED_USERS may act "

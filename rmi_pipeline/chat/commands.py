@@ -107,7 +107,7 @@ class Steering:
 
         before, after = override(self.settings, "promote", command.reason, by=who, via="Slack",
                                  version=command.version)
-        return Reply(f"Champion v{before} -> v{after}, promoted by {who}: {command.reason}",
+        return Reply(f"Champion v{before} -> v{after}, promoted by {who}: {blocks.escape(command.reason)}",
                      [blocks.section(f":arrow_up: *Champion v{before} -> v{after}*, promoted by {who} past the "
                                      f"gate.\n>{blocks.escape(command.reason)}")])
 
@@ -115,7 +115,7 @@ class Steering:
         from ..automation.overrides import override
 
         before, after = override(self.settings, "rollback", command.reason, by=who, via="Slack")
-        return Reply(f"Champion v{before} -> v{after}, rolled back by {who}: {command.reason}",
+        return Reply(f"Champion v{before} -> v{after}, rolled back by {who}: {blocks.escape(command.reason)}",
                      [blocks.section(f":leftwards_arrow_with_hook: *Champion v{before} -> v{after}*, rolled back "
                                      f"by {who}.\n>{blocks.escape(command.reason)}")])
 
@@ -176,7 +176,7 @@ class Steering:
             asset_key=canary_verdict.key, description=f"canary aborted by {who} (Slack): {command.reason}",
             metadata={"verdict": "abort", "canary_version": ended, "reason": f"Aborted by {who}: {command.reason}",
                       "champion_version": str(champion.version) if champion else "none"}))
-        return Reply(f"Canary v{ended} aborted by {who}: {command.reason}",
+        return Reply(f"Canary v{ended} aborted by {who}: {blocks.escape(command.reason)}",
                      [blocks.section(f":no_entry: *Canary v{ended} aborted* by {who}; every user is back on "
                                      f"champion v{champion.version if champion else '?'} within "
                                      f"{self.settings.serving.reload_seconds:g} s.\n>{blocks.escape(command.reason)}")])
