@@ -16,6 +16,8 @@ def test_status_shows_the_champion_and_the_warehouse(loop_home, monkeypatch, cap
     champion = loop_home["summary"][-1]["champion_version"]
     assert f"champion: v{champion}" in out and "canary: none (promotion: auto)" in out  # its closing round judged it
     assert "feedback events" in out and "thumbs-down" in out
+    assert "runs (latest 8" in out and " improvement_cycle: success, " in out and "rmi-run" in out
+    assert out.count("  model v") == len(loop_home["summary"]) * 2  # every model that served, both skills
 
 
 def test_the_loop_wrote_its_learning_curve_and_summary(loop_home):

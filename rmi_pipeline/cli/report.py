@@ -214,7 +214,29 @@ def status_text(settings) -> str:
     quality = warehouse.query("SELECT * FROM feedback_quality")
     total = int(quality["events"].sum()) if len(quality) else 0
     lines.append(f"warehouse: {total} feedback events")
-    for row in quality.tail(8).to_dicts():
+    for row in quality.to_dicts():  # every model and skill: a model's live quality is what status is for
         lines.append(f"  model v{row['model_version']} {row['skill']}: {row['events']} events, "
                      f"thumbs-down {row['thumbs_down_rate']:.1%}, {row['corrections']} corrections")
-    return "\n".join(lines)
+    return "\n".join(lines + _runs())
+
+
+RUNS_SHOWN = 8
+
+
+def _runs() -> list[str]:
+    """The latest runs of the loop, newest first: job, status, when, what started it."""
+    from datetime import datetime
+
+    from dagster import DagsterInstance
+
+    instance = DagsterInstance.get()
+    runs = instance.get_run_records(limit=RUNS_SHOWN)
+    out = [f"runs (latest {RUNS_SHOWN}; `make ui` shows all):" if runs else "runs: none yet"]
+    for record in runs:
+        run = record.dagster_run
+        when = record.start_time or record.create_timestamp.timestamp()
+        partition = run.tags.get("dagster/partition")
+        out.append(f"  {run.run_id[:8]} {run.job_name}{f' [{partition}]' if partition else ''}: "
+                   f"{run.status.value.lower()}, {datetime.fromtimestamp(when):%Y-%m-%d %H:%M}, "
+                   f"{run.tags.get('rmi/trigger', 'launched by hand')}")
+    return out
