@@ -140,6 +140,24 @@ def test_a_self_label_is_kept_only_if_the_model_backs_it_up_by_working_back_from
     assert set(checked) >= {p for p in votes_only if not Slipping.sure(p)}
 
 
+class Exact(UpTo12Digits):
+    """A 'model' that answers every problem right and every vote with it."""
+
+    def answer(self, model, prompts):
+        return [right(p) for p in prompts]
+
+    def sample(self, model, prompts, k, temperature, seed):
+        return [[right(p)] * k for p in prompts]
+
+
+def test_a_model_reliable_up_to_the_suites_top_tier_labels_the_top_tiers_instead_of_nothing():
+    out = self_label(Exact(), None, random.Random(0), labelling(problems=20), seed=0, last={"add": 5, "sub": 12})
+    assert out.tiers == {"add": 5}  # sure of itself up to the bound, which is not the recipe's hardest: label there
+    assert out.kept == {"add/5": 20} and all(t == right(p) for p, t in ((r["prompt"], r["target"]) for r in out.rows))
+    assert {problems.tier_of(*problems.parse(r["prompt"])[::2]) for r in out.rows} == {5}
+    # subtraction is bounded by the recipe's hardest tier: nothing is left past it, nothing is labelled
+
+
 def test_arithmetic_checks_work_back_from_an_answer_by_the_inverse_operation():
     assert R.checks("57+68=", "125") == [("125-68=", "57"), ("125-57=", "68")]
     assert R.checks("125-68=", "57") == [("57+68=", "125"), ("125-57=", "68")]
@@ -191,7 +209,8 @@ def test_the_frontier_practice_and_self_labels_move_past_the_recipe_s_initial_to
 
 def test_practice_goes_no_further_than_the_eval_suite_reaches():
     """Past the suite's top tier a gain cannot be measured, so nothing is made there: the frontier, practice, RL
-    and self-labels all stop at the reach, and a skill solved up to it practises nothing."""
+    and self-labels all stop at the reach; a skill solved up to it gets no practice or RL, and self-labels at its top
+    tier (no ground truth says the model's sure answers there are right: its checks do)."""
     from knowing_recipe import KnowsUpTo
 
     from rmi_pipeline.ml.curriculum import reach
@@ -208,7 +227,8 @@ def test_practice_goes_no_further_than_the_eval_suite_reaches():
     assert (made.meta["frontier add"], made.meta["frontier sub"]) == (15, 13)  # sub: solved up to its reach
     made_at = {source: {R.slice_of(r["prompt"]) for r in made.rows if r["source"] == source}
                for source in ("practice", "rl", "self_label")}
-    assert made_at == {"practice": {("add", 15)}, "rl": {("add", 15)}, "self_label": {("add", 13)}}  # not add/16
+    assert made_at == {"practice": {("add", 15)}, "rl": {("add", 15)}, "self_label": {("add", 13), ("sub", 12)}}
+    # nothing at add/16 or sub/13
 
 
 def test_the_edge_of_a_long_reliable_range_is_found_in_a_few_probes():

@@ -2,7 +2,10 @@
 
 No ground truth is used. A tier is reliable while the model's greedy answer and its sampled votes agree on at
 least `saturation` of `probe` problems (the edge found by doubling steps and halving, curriculum.first_unsolved);
-labels come from the first tier that is not and the `tiers` - 1 past it.
+labels come from the first tier that is not and the `tiers` - 1 past it. A model reliable at every tier up to a
+bound short of the recipe's hardest (the eval suite's top tier) labels the top `tiers` tiers below it: agreeing with
+itself is not being right, and a champion sure of wrong answers there labelled nothing, so each cycle repeated the
+same rejected candidate (bench/climb.py, cycles 4-8 of a 10-cycle climb).
 Where the recipe gives checks (problems a right answer implies, like c - b = a for a + b = c), a label is the first
 of the greedy answer and the distinct votes that passes the format filter and whose checks the model answers as
 expected: votes alone keep a wrong answer the model is sure of (measured precision 0.66-0.83 one tier past the
@@ -44,7 +47,9 @@ def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: 
 
         edge = first_unsolved(reliable, recipe.tiers[0], last[skill])
         if edge > last[skill]:
-            continue  # reliable at every tier: nothing past it to label
+            if last[skill] >= recipe.hardest_tier:
+                continue  # reliable at every tier the recipe has: nothing past it to label
+            edge = max(recipe.tiers[0], last[skill] - tiers + 1)
         out.tiers[skill] = edge
         for tier in range(edge, min(edge + tiers, last[skill] + 1)):
             labels = _backed_up(recipe, model, *_answers(recipe, model, rng, skill, tier, problems_at(per_tier, tier),
