@@ -27,8 +27,8 @@ def loop(loop_home, monkeypatch):
 def test_the_first_model_is_promoted_and_a_better_challenger_takes_over(loop):
     first, second = loop["summary"]
     assert loop["exit_code"] == 0
-    assert first["verdict"] == "promote" and first["champion_version"] == first["challenger_version"] == 1
-    assert second["challenger_version"] == 2
+    assert first["verdict"] == "promote" and first["champion_version"] == first["challenger_version"] == "1"
+    assert second["challenger_version"] == "2"
     assert second["verdict"] == "promote (canary)", second["reason"]  # the gate, then users through rmi serve
     assert second["champion"]["mean"] > first["champion"]["mean"]
     registry = loop["registry"]
@@ -95,10 +95,10 @@ def register(loop, module, name: str) -> int:
                                                tags={"dataset_version": "none"}).version
 
 
-def evaluate_challenger(loop, settings: Settings | None = None) -> tuple[bool, dict]:
+def evaluate_challenger(loop, settings: Settings | None = None, instance=None) -> tuple[bool, dict]:
     """Run candidate_evaluation and champion on whatever is @challenger; (promoted?, the evaluation report)."""
-    with instance_for_test() as instance:
-        result = materialize([candidate_evaluation, champion], instance=instance,
+    with instance_for_test() as scratch:
+        result = materialize([candidate_evaluation, champion], instance=instance or scratch,
                              resources={"settings": settings or loop["settings"],
                                         **{k: loop[k] for k in ("storage", "eval_store", "registry", "notifier")}})
     assert result.success
@@ -121,6 +121,31 @@ def test_random_weights_challengers_are_never_promoted_and_the_champion_stays(lo
         promoted, report = evaluate_challenger(loop)
         assert not promoted and report["decision"]["gain_high"] < 0, report["decision"]["reason"]
         assert registry.version("champion").version == before
+
+
+def test_the_ui_does_not_call_the_champion_stale_after_its_canary_won_or_a_challenger_was_rejected(loop, tmp_path):
+    """Unsynced in the UI invites a click on Materialize, which would run the gate's promotion again."""
+    import shutil
+
+    from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
+    from dagster._core.loader import LoadingContextForTest
+
+    from rmi_pipeline.definitions import build_definitions
+
+    shutil.copytree(loop["home"] / "dagster", tmp_path / "dagster")  # the loop's own instance, copied
+    instance = DagsterInstance.from_config(str(tmp_path / "dagster"))
+    graph = build_definitions(loop["settings"]).resolve_asset_graph()
+
+    def status():
+        return CachingStaleStatusResolver(instance, graph, LoadingContextForTest(instance)).get_status(champion.key)
+
+    # cycle 1's challenger won its canary trial: canary_verdict recorded the champion, after its evaluation
+    assert status() == StaleStatus.FRESH
+    torch.manual_seed(0)
+    register(loop, ArithmeticRecipe().build_model(learning_rate=0.0, max_steps=1), "random-stale")
+    promoted, _ = evaluate_challenger(loop, instance=instance)
+    assert not promoted and status() == StaleStatus.FRESH  # rejected: the champion is what it should be
+    instance.dispose()
 
 
 def test_a_challenger_that_memorized_the_anchor_is_caught(loop, monkeypatch):

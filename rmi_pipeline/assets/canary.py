@@ -11,7 +11,7 @@ and once more when RMI_CANARY_MAX_HOURS have passed.
 import time
 from datetime import UTC, datetime
 
-from dagster import AssetExecutionContext, AssetMaterialization, MaterializeResult, MetadataValue, ResourceParam, asset
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, ResourceParam, asset
 
 from ..resources import layout
 from ..resources.notifier import Notifier
@@ -54,7 +54,9 @@ def canary_verdict(context: AssetExecutionContext, settings: ResourceParam[Setti
         previous = registry.promote(version, {"promoted_at": datetime.now(UTC).isoformat(), "promoted_by": "canary",
                                               "promoted_in_dagster_run": context.run.run_id})
         registry.end_canary({"canary_outcome": "promoted"})
-        context.log_event(AssetMaterialization("champion", description="promoted by canary_verdict", metadata={
+        from .promotion import champion_moved  # promotion.py imports this module
+
+        context.log_event(champion_moved(context.instance, "promoted by canary_verdict", {
             "champion_version": version, "previous_champion": previous or "none", "promoted_by": "canary",
             "reason": verdict.reason}))
         notifier.notify("promotion", f"champion v{previous} -> v{version} after its canary. {verdict.reason}",

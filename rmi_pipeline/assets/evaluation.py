@@ -13,6 +13,7 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
+    DataVersion,
     MaterializeResult,
     MetadataValue,
     ResourceParam,
@@ -106,11 +107,14 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
         **{f"gate_{k}": v for k, v in interval.items()}, "gate_promote": float(decision.promote),
         **{f"eval_slice/{s.name}": s.challenger for s in decision.slices}},
         f"{verdict} against champion v{champion.version if champion else 'none'}. {decision.reason}")
-    return MaterializeResult(metadata={
+    # what this evaluation means downstream is who is champion: a rejection leaves the same data version as the
+    # evaluation that promoted the champion, so the UI does not call `champion` stale (Unsynced) after it
+    after = challenger.version if decision.promote else (champion.version if champion else "none")
+    return MaterializeResult(data_version=DataVersion(f"champion v{after}"), metadata={
         "verdict": verdict,
         "reason": decision.reason,
-        "challenger_version": challenger.version,
-        "champion_version": champion.version if champion else "none",
+        "challenger_version": str(challenger.version),
+        "champion_version": str(champion.version) if champion else "none",
         **{k: round(v, 4) for k, v in scores.items()},
         **interval,
         **{f"leak_{k}": round(v, 4) for k, v in decision.leaks.items()},
@@ -118,6 +122,7 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
         "eval_compute_seconds": round(compute_seconds, 3),
         "verdict_table": MetadataValue.md(markdown(decision)),
         "slices": slice_table(decision),
+        **{f"score {s.name}": round(s.challenger, 4) for s in decision.slices if s.counted},  # one plot per slice
     }, check_results=[gate(decision, interval), headroom(slices, counted)])
 
 

@@ -127,9 +127,8 @@ def _roll_back_if_worse(context, settings: Settings, registry: ModelRegistry, no
     """When users are significantly worse off with the champion than with the models before it, on a slice both
     were rated on, its predecessor returns through the audited rollback path; returns the verdict, or None.
     Slices the predecessor was never rated on (users drifting to new questions) cannot say the release is worse."""
-    from dagster import AssetMaterialization
-
     from ..ml.canary import Period, compare_all
+    from .promotion import champion_moved
 
     history = registry.champion_history()
     if not settings.health.auto_rollback or len(history) < 2 or history[-1] != version:
@@ -145,9 +144,9 @@ def _roll_back_if_worse(context, settings: Settings, registry: ModelRegistry, no
     before_v, after_v = registry.rollback({"override_action": "rollback", "override_by": "champion_health",
                                            "override_at": datetime.now(UTC).isoformat(), "override_reason": reason,
                                            "rolled_back_in_dagster_run": context.run.run_id})
-    context.log_event(AssetMaterialization("champion", description=f"rolled back by champion_health: {reason}",
-                                           metadata={"champion_version": after_v, "previous_champion": before_v,
-                                                     "override_by": "champion_health", "override_reason": reason}))
+    context.log_event(champion_moved(context.instance, f"rolled back by champion_health: {reason}",
+                                     {"champion_version": after_v, "previous_champion": before_v,
+                                      "override_by": "champion_health", "override_reason": reason}))
     context.log.warning(f"champion v{before_v} -> v{after_v}, rolled back: {reason}")
     notifier.notify("rollback", f"champion v{before_v} -> v{after_v}, rolled back automatically: {reason}. "
                     "Look at what changed before promoting it again.", key=f"rollback-v{before_v}",

@@ -4,7 +4,7 @@ RMI_PROMOTION=canary only after its users did not find it worse (assets/canary.p
 import time
 from datetime import UTC, datetime
 
-from dagster import AssetExecutionContext, MaterializeResult, ResourceParam, asset
+from dagster import AssetExecutionContext, AssetMaterialization, MaterializeResult, ResourceParam, asset
 
 from ..resources import layout
 from ..resources.notifier import Notifier
@@ -58,7 +58,7 @@ def champion(context: AssetExecutionContext, settings: ResourceParam[Settings], 
     notifier.notify("promotion", f"champion {before} -> v{challenger.version}. {decision['reason']}",
                     key=f"promotion-{challenger.version}", run_id=context.run.run_id)
     yield MaterializeResult(metadata={
-        "champion_version": challenger.version, "previous_champion": previous or "none",
+        "champion_version": str(challenger.version), "previous_champion": str(previous or "none"),
         "anchor_mean": round(report["scores"]["challenger_anchor_mean"], 4), "reason": decision["reason"],
         "promoted_by": "gate",
     })
@@ -76,3 +76,19 @@ def promotion_mode(settings: Settings, storage: ObjectStore, context) -> str:
     context.log.info(f"RMI_PROMOTION=auto: {len(gateways)} gateway(s) of the champion serve users with a canary "
                      f"share, so promotion is {'canary' if gateways else 'offline'}")
     return "canary" if gateways else "offline"
+
+
+def champion_moved(instance, description: str, metadata: dict) -> AssetMaterialization:
+    """A materialization of `champion` made outside its own step (a canary's verdict, a rollback, a person's
+    override), recorded as up to date with the latest candidate_evaluation the way Dagster records a step's inputs.
+    Without that, Dagster calls the champion stale (Unsynced) from the next evaluation on, and a click on
+    Materialize would run the gate's promotion again over the person's decision."""
+    latest = instance.fetch_materializations(candidate_evaluation.key, limit=1).records
+    tags = {}
+    if latest:  # the tags Dagster writes on a step's materialization: its code version and inputs' data versions
+        key = candidate_evaluation.key.to_user_string()
+        tags = {"dagster/code_version": "outside its step",
+                f"dagster/input_data_version/{key}": latest[0].asset_materialization.tags.get(
+                    "dagster/data_version", ""),
+                f"dagster/input_event_pointer/{key}": str(latest[0].storage_id)}
+    return AssetMaterialization(champion.key, description=description, metadata=metadata, tags=tags)

@@ -92,7 +92,7 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, set
     if reported["stopped_by_time"]:
         context.log.warning(f"training stopped by its time cap after {reported['steps_done']}/{steps} steps")
     return MaterializeResult(metadata={
-        "model_version": mv.version, "mlflow_run_id": run_id, **lineage,
+        "model_version": str(mv.version), "mlflow_run_id": run_id, **lineage,
         **{k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()},
         "stopped_by_time": reported["stopped_by_time"], "world_size": reported["world_size"],
         "checkpoint": storage.uri(checkpoint_key),

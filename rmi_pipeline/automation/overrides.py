@@ -11,9 +11,9 @@ def override(settings, action: str, reason: str, by: str, via: str,
     """Who, when and why go to MLflow tags and to Dagster; returns (the champion before, the champion now).
     Refused with a ValueError, before anything moves: no reason, a version that is not a number or is already
     the champion; a LookupError: a version that does not exist, nothing to roll back to."""
-    from dagster import AssetMaterialization, DagsterInstance
+    from dagster import DagsterInstance
 
-    from ..assets.promotion import champion
+    from ..assets.promotion import champion_moved
     from ..resources import build_resources
     from ..resources.registry import CHAMPION
 
@@ -32,7 +32,8 @@ def override(settings, action: str, reason: str, by: str, via: str,
         before, after = registry.promote(version, {**audit, "promoted_by": by}), str(version)
     else:
         before, after = registry.rollback(audit)
-    DagsterInstance.get().report_runless_asset_event(AssetMaterialization(
-        asset_key=champion.key, description=f"{action} by {by} ({via}): {reason}",
-        metadata={"champion_version": after, "previous_champion": before or "none", **audit}))
+    instance = DagsterInstance.get()
+    instance.report_runless_asset_event(champion_moved(
+        instance, f"{action} by {by} ({via}): {reason}",
+        {"champion_version": after, "previous_champion": before or "none", **audit}))
     return before, after
