@@ -227,6 +227,12 @@ class Settings(BaseSettings):
                                          "may take; 3 tries, then the alert waits in the outbox.")
     ui_url: str = Field(default="http://127.0.0.1:3000", description="The Dagster webserver: where alerts link runs "
                         "to, and whose GraphQL API `rmi chat` starts cycles and pauses the automation through.")
+    asset_owners: str = Field(default="team:ml", description="Comma-separated owners of every asset in the UI's "
+                              "catalog: e-mail addresses or team:NAME.")
+    code_url: str | None = Field(default=None, description="The repository's web URL (GitHub or GitLab): each asset's "
+                                 "code reference in the UI links to its source there at RMI_CODE_BRANCH; unset: to "
+                                 "the file on this machine.")
+    code_branch: str = Field(default="main", description="The branch or commit RMI_CODE_URL's links point at.")
     health_cron: str = Field(default="0 * * * *", description="When champion_health runs (also after each ingest).")
     health_tolerance: float = Field(default=0.10, description="A slice regresses when its eval score falls, or its "
                                     "live thumbs-down rate rises, by more than this against the baseline.")

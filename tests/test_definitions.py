@@ -43,6 +43,29 @@ def test_every_asset_check_job_sensor_and_schedule_explains_itself_in_the_ui():
         assert definition.description and len(definition.description) > 40, definition.name
 
 
+def test_every_asset_has_owners_and_links_to_the_code_that_makes_it(monkeypatch):
+    from rmi_pipeline.definitions import build_definitions
+    from rmi_pipeline.settings import Settings
+
+    def catalog(settings):
+        graph = build_definitions(settings).resolve_asset_graph()
+        return {k.to_user_string(): graph.get(k) for k in graph.get_all_asset_keys()}
+
+    here = catalog(Settings())
+    assert {tuple(node.owners) for node in here.values()} == {("team:ml",)}
+    assert {k for k, node in here.items() if "rmi/user-text" in node.tags} == {
+        "feedback_batch", "feedback_events", "training_dataset"}  # what users wrote: untrusted, maybe personal
+    for key, node in here.items():
+        [ref] = node.metadata["dagster/code_references"].code_references
+        assert Path(ref.file_path).is_file() and ref.line_number > 0, key
+    monkeypatch.setenv("RMI_CODE_URL", "https://github.com/example/rmi-pipeline")
+    monkeypatch.setenv("RMI_ASSET_OWNERS", "ml-oncall@example.com, team:evals")
+    linked = catalog(Settings())
+    assert linked["champion"].owners == ["ml-oncall@example.com", "team:evals"]
+    [ref] = linked["champion"].metadata["dagster/code_references"].code_references
+    assert ref.url.startswith("https://github.com/example/rmi-pipeline/tree/main/rmi_pipeline/assets/promotion.py#L")
+
+
 def test_only_evaluation_assets_hold_the_sealed_eval_store():
     holders = {a.key.to_user_string() for a in defs.assets if "eval_store" in a.required_resource_keys}
     assert holders == {"eval_suite", "candidate_evaluation", "champion_health"}
