@@ -3,17 +3,24 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 export RMI_HOME ?= $(CURDIR)/.rmi
 # torch's waiting threads sleep instead of spinning, so shared cores stay usable
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: run run-hf test ui serve bench lint clean
+.PHONY: run run-hf test ui serve bench lint lock clean
 
+# what running needs (make run, ui, serve); the tests' tools and the production profile come with make test
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	@echo "installing rmi-pipeline and its pinned dependencies into $(VENV) (a few minutes the first time)"
+	$(BIN)/python -m pip install --progress-bar on -c constraints.txt -e .
 	touch $(STAMP)
+
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	touch $(DEV_STAMP)
 
 run: $(STAMP)  ## the whole loop on embedded defaults, from an empty RMI_HOME
 	$(BIN)/rmi run --fresh
@@ -27,7 +34,7 @@ HF_ENV := RMI_RECIPE=rmi_pipeline.recipes.words:WordsRecipe RMI_MODEL_NAME=rmi-w
 run-hf: $(STAMP)  ## the whole loop on the text recipe, 3 cycles, in .rmi-words
 	$(HF_ENV) $(BIN)/rmi run --fresh --cycles 3
 
-test: $(STAMP)  ## the test suite (about 10 minutes on 2 cores)
+test: $(DEV_STAMP)  ## the test suite (about 10 minutes on 2 cores)
 	@# the browser test drives Debian's Chromium (never a downloaded browser); installed when we may
 	command -v chromium >/dev/null || [ "$$(id -u)" != 0 ] || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
@@ -47,9 +54,14 @@ serve: $(STAMP)  ## the champion over HTTP on http://127.0.0.1:8000 (chat page a
 bench: $(STAMP)  ## seconds per stage of one cycle, and the share spent on orchestration
 	$(BIN)/python bench/cycle_breakdown.py
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check rmi_pipeline tests bench
 	$(BIN)/lint-imports
+
+# uv keeps the versions constraints.txt already pins (UPGRADE=--upgrade moves every one to the newest allowed)
+lock: $(DEV_STAMP)  ## resolve constraints.txt again from pyproject.toml, after a dependency changed there
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra prod --python-version 3.11 $(UPGRADE) \
+		$(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS)) --custom-compile-command "make lock" -o constraints.txt
 
 clean:  ## remove the venv and everything the loop wrote
 	rm -rf $(VENV) $(RMI_HOME) .rmi-words .pytest_cache .ruff_cache *.egg-info

@@ -8,12 +8,25 @@ batch it held is ingested again.
 
 from __future__ import annotations
 
+import getpass
+import sys
+from pathlib import Path
+
 from .dead_runs import fail_dead_runs, process_tags
 from .jobs import ingest_feedback
 from .sensors import new_feedback_sensor
 
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}  # run config: warnings and errors only
 INGEST_COUNTS = ("rows_in", "ingested", "duplicates", "quarantined")  # feedback_events metadata that adds up
+
+
+def launched_here() -> dict[str, str]:
+    """Tags of a run this process executes itself: who and which command, which the UI shows as "Launched by"
+    (else "Manually launched"), and what lets a later process tell whether this one is still alive."""
+    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    program = "rmi" if program in ("rmi", "main.py") else program  # main.py: python -m rmi_pipeline.cli.main
+    words = [a for a in sys.argv[1:3] if not a.startswith("-")]
+    return {"user": f"{getpass.getuser()} ({' '.join([program, *words])})", **process_tags()}
 
 
 def ingest_new_batches(defs, instance) -> dict:
@@ -48,7 +61,7 @@ def ingest_batch(defs, instance, name: str, tags: dict[str, str]) -> dict:
         return {"already_landing": 1}
     out = defs.resolve_job_def(ingest_feedback.name).execute_in_process(
         instance=instance, partition_key=name, raise_on_error=False, run_config=QUIET_LOGS,
-        tags={**tags, **process_tags()})
+        tags={**tags, **launched_here()})
     counts = {"batches": 1, "failed": int(not out.success)}
     for event in out.get_asset_materialization_events():
         if event.asset_key == feedback_events.key:

@@ -13,6 +13,9 @@ validated, quarantined and counted exactly like one a production service writes.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from ..settings import Settings
 from .home import prepare_home, say
@@ -20,30 +23,22 @@ from .home import prepare_home, say
 CELL = 40  # widest cell in a printed table; prompts and corrections can be long
 
 
-def add_feedback_commands(subparsers) -> None:
-    """Adds `feedback ingest` and `feedback stats` to the `rmi` parser."""
-    feedback = subparsers.add_parser("feedback", help="land a feedback file, or see what users say")
-    sub = feedback.add_subparsers(dest="feedback_command", required=True)
-    ingest = sub.add_parser("ingest", help="validate a feedback file, land it and ingest it now")
-    ingest.add_argument("path", type=Path, help="a .jsonl, .jsonl.gz or .parquet file of schema v1 events")
-    ingest.add_argument("--dry-run", action="store_true", help="validate and report only; land nothing")
-    ingest.add_argument("--follow-symlinks", action="store_true", help="read the file a link points to (refused "
-                        "by default: the link, not what it names, is what was handed over)")
-    ingest.set_defaults(fn=cmd_ingest)
-    stats = sub.add_parser("stats", help="thumbs-down by model, skill and tier; failing prompts; corrections")
-    stats.add_argument("--days", type=int, default=7, help="days of the per-day table, up to the latest")
-    stats.add_argument("--top", type=int, default=10, help="rows of the failing prompts and corrections")
-    stats.set_defaults(fn=cmd_stats)
-
-
-def cmd_ingest(args) -> int:
+def ingest(
+    path: Annotated[Path, typer.Argument(help="A .jsonl, .jsonl.gz or .parquet file of schema v1 events.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and report only; land nothing.")] = False,
+    follow_symlinks: Annotated[bool, typer.Option(
+        "--follow-symlinks", help="Read the file a link points to (refused by default: the link, not what it names, "
+                                  "is what was handed over).")] = False,
+) -> int:
+    """Validate a feedback file, land it in feedback/incoming/ under its name and ingest it now (the same sensor
+    tick and ingest job as the daemon). Settings: RMI_MAX_BAD_SHARE, RMI_MAX_TEXT_CHARS."""
     from ..assets.partitions import can_be_partition
     from ..resources import layout
     from ..schema import SUFFIXES, is_batch_file, parse_batch
 
     settings = Settings()
-    path, name = args.path, args.path.name
-    if path.is_symlink() and not args.follow_symlinks:
+    name = path.name
+    if path.is_symlink() and not follow_symlinks:
         raise ValueError(f"{path} is a symbolic link; pass --follow-symlinks to read the file it points to")
     if not path.is_file():
         raise FileNotFoundError(f"not a file: {path}")
@@ -61,7 +56,7 @@ def cmd_ingest(args) -> int:
         say(f"not landed: {bad_share:.0%} bad rows > RMI_MAX_BAD_SHARE {settings.max_bad_share:.0%}; "
             "the pipeline would quarantine the whole batch")
         return 1
-    if args.dry_run:
+    if dry_run:
         return 0
 
     prepare_home(settings)
@@ -103,7 +98,9 @@ def cmd_ingest(args) -> int:
     return 0
 
 
-def cmd_stats(args) -> int:
+def stats(days: Annotated[int, typer.Option(min=1, help="Days of the per-day table, up to the latest.")] = 7,
+          top: Annotated[int, typer.Option(min=1, help="Rows of the failing prompts and corrections.")] = 10) -> int:
+    """Thumbs-down by model version, skill and tier (per day), the most failed prompts and the latest corrections."""
     from ..resources import build_resources
 
     settings = Settings()
@@ -115,11 +112,11 @@ def cmd_stats(args) -> int:
     say(f"{total} feedback events in {settings.resolved_warehouse_path}\n")
     sections = [
         ("thumbs-down by model version and skill", "SELECT * FROM feedback_quality"),
-        (f"per day (UTC), the last {args.days} days with feedback, by model version, skill and tier",
-         f"SELECT * FROM feedback_daily WHERE day > (SELECT max(day) FROM feedback_daily) - {int(args.days)}"),
-        (f"top {args.top} failing prompts", f"SELECT * EXCLUDE (last_seen) FROM failing_prompts LIMIT {int(args.top)}"),
-        (f"latest {args.top} corrections", "SELECT ts, model_version, skill, tier, prompt, completion, correction "
-                                           f"FROM feedback_corrections LIMIT {int(args.top)}"),
+        (f"per day (UTC), the last {days} days with feedback, by model version, skill and tier",
+         f"SELECT * FROM feedback_daily WHERE day > (SELECT max(day) FROM feedback_daily) - {int(days)}"),
+        (f"top {top} failing prompts", f"SELECT * EXCLUDE (last_seen) FROM failing_prompts LIMIT {int(top)}"),
+        (f"latest {top} corrections", "SELECT ts, model_version, skill, tier, prompt, completion, correction "
+                                           f"FROM feedback_corrections LIMIT {int(top)}"),
     ]
     for title, sql in sections:
         say(f"{title}\n{table(_frame(warehouse, sql))}\n")

@@ -6,40 +6,89 @@
     rmi chat [--host H] [--port P]   the Slack app: /rmi status, promote, rollback, cycle, pause... (127.0.0.1:3100)
     rmi simulate --cycle N           one batch of user feedback from the current champion
     rmi simulate --live [--scenario drift|partner]   a batch every --interval seconds until Ctrl-C
-    rmi status                       champion, challenger, warehouse and recent runs
+    rmi status                       champion, challenger, canary, warehouse, pending batches and recent runs
     rmi feedback ingest PATH         validate a local batch file and land it in the warehouse now
     rmi feedback stats               thumbs-down rates, corrections and failing prompts
     rmi promote VERSION --reason T   a person overrides the gate (audited)
     rmi rollback --reason T          back to the previous champion (audited)
+
+Every help page shows the defaults; settings come from RMI_* environment variables (README: Settings).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
+from enum import StrEnum
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from ..settings import Settings
-from .chat import add_chat_command
-from .feedback import add_feedback_commands
+from . import feedback
+from .chat import chat
 from .home import prepare_home, say
-from .overrides import cmd_promote, cmd_rollback
-from .run import cmd_run
-from .serve import add_serve_command
+from .overrides import promote, rollback
+from .run import run
+from .serve import serve
+
+SETTINGS = "Settings: RMI_* environment variables; RMI_HOME holds the loop's state (default ./.rmi). README: Settings."
+
+app = typer.Typer(name="rmi", help="Recursive model improvement on Dagster: feedback -> data -> training -> honest "
+                  "evals -> promotion, turning by itself.", epilog=SETTINGS, no_args_is_help=True,
+                  add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
+feedback_app = typer.Typer(help="Land a feedback file, or see what users say.", no_args_is_help=True,
+                           epilog=SETTINGS, rich_markup_mode=None)
+app.add_typer(feedback_app, name="feedback")
 
 
-def cmd_ui(args) -> int:
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        say(f"rmi {version('rmi-pipeline')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                   help="Print the version and exit.")] = False) -> None:
+    pass
+
+
+def ui(port: Annotated[int, typer.Option(help="Port of the web UI on 127.0.0.1.")] = 3000) -> int:
+    """The Dagster web UI over RMI_HOME: every run, materialization and check, the lineage; sensors on."""
     settings = Settings()
     prepare_home(settings)
     dagster = shutil.which("dagster", path=str(Path(sys.executable).parent)) or "dagster"
     target = ["-w", "workspace.yaml"] if Path("workspace.yaml").exists() else ["-m", "rmi_pipeline.definitions"]
-    say(f"Dagster UI on http://127.0.0.1:{args.port} over {settings.resolved_home} (Ctrl-C stops it)")
-    os.execv(dagster, [dagster, "dev", *target, "-h", "127.0.0.1", "-p", str(args.port)])
+    say(f"Dagster UI on http://127.0.0.1:{port} over {settings.resolved_home} (Ctrl-C stops it)")
+    os.execv(dagster, [dagster, "dev", *target, "-h", "127.0.0.1", "-p", str(port)])
 
 
-def cmd_simulate(args) -> int:
+class Scenario(StrEnum):
+    steady = "steady"
+    drift = "drift"
+    partner = "partner"
+
+
+def simulate(
+    cycle: Annotated[int, typer.Option(help="How far users have drifted toward hard questions.")] = 1,
+    live: Annotated[bool, typer.Option("--live", help="Keep landing batches from the current champion.")] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between live batches.")] = 60.0,
+    scenario: Annotated[Scenario, typer.Option(help="drift: half the users move to a slice the champion barely "
+                                               "knows; partner: a fifth of the questions come from an app whose "
+                                               "client sends wrong corrections (it fools the offline gate; the "
+                                               "canary catches it).")] = Scenario.steady,
+    scenario_after: Annotated[int, typer.Option("--scenario-after", "--drift-after",
+                                                help="Live batches before the scenario starts.")] = 2,
+    batches: Annotated[int | None, typer.Option(help="Stop after this many live batches.")] = None,
+    gateway: Annotated[str | None, typer.Option(help="URL of a running `rmi serve` (default: start one).")] = None,
+) -> int:
+    """Simulated users ask the champion through the gateway; their feedback lands as batch files."""
     settings = Settings()
     prepare_home(settings)
     from contextlib import nullcontext
@@ -50,15 +99,15 @@ def cmd_simulate(args) -> int:
     from ..world import World
     from .run import client_key
 
-    if not args.gateway and build_resources(settings)["registry"].version(CHAMPION) is None:
+    if not gateway and build_resources(settings)["registry"].version(CHAMPION) is None:
         raise RuntimeError("no champion is serving yet: run a first improvement cycle (`rmi run --cycles 0`)")
     # users need a gateway: the one at --gateway, or one started for as long as they ask
-    with nullcontext((args.gateway, None)) if args.gateway else running_gateway(
+    with nullcontext((gateway, None)) if gateway else running_gateway(
             log_file=settings.resolved_home / "serve.log") as (url, _):
         world = World(settings, url, client_key(settings))
         world.ensure_eval_suite()
         wait_ready(url, None)
-        if args.live:
+        if live:
             import signal
             import threading
 
@@ -67,18 +116,20 @@ def cmd_simulate(args) -> int:
             stop = threading.Event()  # Ctrl-C lets the batch in progress land, then stops
             before = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
             try:
-                run_live(world, interval=args.interval, cycle=args.cycle, batches=args.batches, stop=stop, say=say,
-                         scenario=args.scenario, scenario_after=args.scenario_after)
+                run_live(world, interval=interval, cycle=cycle, batches=batches, stop=stop, say=say,
+                         scenario=scenario.value, scenario_after=scenario_after)
             finally:
                 for sig, handler in before.items():
                     signal.signal(sig, handler)
             return 0
-        batches, stats = world.serve_cycle(args.cycle)
-        say(f"the gateway wrote {', '.join(batches) or 'no batch'}: {stats}")
+        names, stats = world.serve_cycle(cycle)
+        say(f"the gateway wrote {', '.join(names) or 'no batch'}: {stats['queries']} questions, right "
+            f"{stats['served_accuracy']:.0%}")
     return 0
 
 
-def cmd_status(args) -> int:
+def status() -> int:
+    """Champion, challenger and canary, every model's live quality, pending batches and alerts, the latest runs."""
     settings = Settings()
     prepare_home(settings)
     from .report import status_text
@@ -87,53 +138,33 @@ def cmd_status(args) -> int:
     return 0
 
 
+COMMANDS, FEEDBACK = (run, ui, serve, chat, simulate, status, promote, rollback), (feedback.ingest, feedback.stats)
+for command in COMMANDS:
+    app.command(epilog=SETTINGS)(command)
+for command in FEEDBACK:
+    feedback_app.command(epilog=SETTINGS)(command)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The console script: an exit code, and a one-line error instead of a traceback for what a user can fix."""
     # before torch loads: its waiting OpenMP threads sleep instead of spinning, so shared cores stay usable
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from importlib.metadata import version
-
-    parser = argparse.ArgumentParser(prog="rmi", description="Recursive model improvement on Dagster.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version('rmi-pipeline')}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run the loop against the simulated world")
-    run.add_argument("--cycles", type=int, default=5, help="improvement cycles after the first model")
-    run.add_argument("--fresh", action="store_true", help="start from an empty RMI_HOME")
-    run.set_defaults(fn=cmd_run)
-    ui = sub.add_parser("ui", help="the Dagster web UI on 127.0.0.1")
-    ui.add_argument("--port", type=int, default=3000)
-    ui.set_defaults(fn=cmd_ui)
-    add_serve_command(sub)
-    add_chat_command(sub)
-    sim = sub.add_parser("simulate", help="land one batch of simulated user feedback")
-    sim.add_argument("--cycle", type=int, default=1, help="how far users have drifted toward hard questions")
-    sim.add_argument("--live", action="store_true", help="keep landing batches from the current champion")
-    sim.add_argument("--interval", type=float, default=60.0, help="seconds between live batches")
-    sim.add_argument("--scenario", choices=["steady", "drift", "partner"], default="steady",
-                     help="drift: half the users move to a slice the champion barely knows; partner: a fifth of "
-                          "the questions come from an app whose client sends wrong corrections (it fools the "
-                          "offline gate; the canary catches it)")
-    sim.add_argument("--scenario-after", "--drift-after", type=int, default=2,
-                     help="batches before the scenario starts (default: 2)")
-    sim.add_argument("--batches", type=int, default=None, help="stop after this many live batches")
-    sim.add_argument("--gateway", default=None, help="URL of a running `rmi serve` (default: start one)")
-    sim.set_defaults(fn=cmd_simulate)
-    sub.add_parser("status", help="champion, challenger, warehouse").set_defaults(fn=cmd_status)
-    add_feedback_commands(sub)
-    promote = sub.add_parser("promote", help="make a model version the champion, past the gate (audited)")
-    promote.add_argument("version", type=int, help="the MLflow model version (a number; not the champion's)")
-    promote.add_argument("--reason", required=True, help="why: recorded with who and when")
-    promote.set_defaults(fn=cmd_promote)
-    rollback = sub.add_parser("rollback", help="move the champion back to the previous one (audited)")
-    rollback.add_argument("--reason", required=True, help="why: recorded with who and when")
-    rollback.set_defaults(fn=cmd_rollback)
-    args = parser.parse_args(argv)
+    args = sys.argv[1:] if argv is None else argv
+    known = {c.__name__ for c in COMMANDS + FEEDBACK} | {"feedback"}
+    name = " ".join(["rmi", *(a for a in args[:2] if a in known)])  # "rmi feedback ingest": what said the error
     try:
-        return args.fn(args)
+        return app(args=args, prog_name="rmi", standalone_mode=False) or 0
+    except typer.Abort:
+        print("Aborted.", file=sys.stderr)
+        return 1
+    except typer.TyperException as exc:  # a usage error: says what is wrong and where the help is
+        exc.show()
+        return exc.exit_code
     except (LookupError, FileNotFoundError, ValueError, RuntimeError) as exc:
-        print(f"rmi {args.command}: {exc}", file=sys.stderr)
+        print(f"{name}: {exc}", file=sys.stderr)
         return 2
     except (ConnectionError, TimeoutError) as exc:  # a store or the warehouse out of reach: nothing was changed
-        print(f"rmi {args.command}: {exc}", file=sys.stderr)
+        print(f"{name}: {exc}", file=sys.stderr)
         return 1
 
 

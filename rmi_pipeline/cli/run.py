@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Annotated
+
+import typer
 
 from ..settings import Settings
 from .home import prepare_home, say
 
 
-def cmd_run(args) -> int:
+def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles after the first model.")] = 5,
+        fresh: Annotated[bool, typer.Option("--fresh", help="Start from an empty RMI_HOME (what the loop and the "
+                                                            "simulated world wrote there; a file of yours "
+                                                            "stays).")] = False) -> int:
+    """The whole loop against the simulated world: users ask `rmi serve`, their feedback lands, each cycle trains,
+    judges and promotes through Dagster, MLflow and DuckDB; then a table and a learning curve. Settings: RMI_HOME,
+    RMI_SIM_QUERIES_PER_CYCLE, RMI_TRAIN_STEPS, RMI_MIX, RMI_PROMOTION (README: Settings)."""
     # the world asks RMI_SIM_QUERIES_PER_CYCLE questions a cycle: a canary trial takes half of one cycle's users
     # and ends with their ratings, before the next cycle trains (a 10% share would need 4 cycles of users)
     os.environ.setdefault("RMI_CANARY_SHARE", "0.5")
@@ -21,8 +30,8 @@ def cmd_run(args) -> int:
     os.environ.setdefault("RMI_CANARY_MIN_EVENTS", str(int(0.9 * settings.canary_share *
                                                            settings.sim_queries_per_cycle)))
     settings = Settings()
-    home = prepare_home(settings, fresh=args.fresh)
-    say(f"rmi run: {args.cycles} improvement cycles after a first model; state in {home}")
+    home = prepare_home(settings, fresh=fresh)
+    say(f"rmi run: {cycles} improvement cycles after a first model; state in {home}")
     from dagster import DagsterInstance
 
     from ..automation.dead_runs import fail_dead_runs
@@ -41,8 +50,8 @@ def cmd_run(args) -> int:
     with running_gateway(env, log_file=home / "serve.log") as (url, _):
         say(f"rmi serve answers the world's users on {url} (its log: {home / 'serve.log'})")
         world = World(settings, url, client_key(settings))
-        records = _cycles(args.cycles, defs, instance, world)
-        closing = (_closing_round(args.cycles + 1, defs, instance, world, records)
+        records = _cycles(cycles, defs, instance, world)
+        closing = (_closing_round(cycles + 1, defs, instance, world, records)
                    if records and not records[-1].interrupted else None)
     say("")
     say(summary_table(records))
@@ -56,8 +65,7 @@ def cmd_run(args) -> int:
 
 
 def _cycles(cycles: int, defs, instance, world) -> list:
-    from ..automation.dead_runs import process_tags
-    from ..automation.in_process import QUIET_LOGS, ingest_new_batches
+    from ..automation.in_process import QUIET_LOGS, ingest_new_batches, launched_here
     from ..automation.jobs import improvement_cycle
     from ..resources.registry import CANARY, CHAMPION
     from ..serving.process import wait_ready
@@ -88,12 +96,14 @@ def _cycles(cycles: int, defs, instance, world) -> list:
         before = world.registry.version(CHAMPION)
         result = defs.resolve_job_def(improvement_cycle.name).execute_in_process(
             instance=instance, raise_on_error=False, run_config=QUIET_LOGS,
-            tags={"rmi/cycle": str(cycle), "rmi/trigger": "rmi-run", **process_tags()})
+            tags={"rmi/cycle": str(cycle), "rmi/trigger": "rmi-run", **launched_here()})
         record.read_cycle_run(result, instance)
         canary = world.registry.version(CANARY)
         if record.verdict == "promote" and canary and str(canary.version) == str(record.challenger_version):
             record.verdict = "canary"  # passed the gate; the next cycle's users decide
         say(record.progress_line())
+        if world.registry.version(CHAMPION) is not None:
+            say(f"[cycle {cycle}] health: {_health(defs, instance, cycle)}")
         if not result.success:
             after = world.registry.version(CHAMPION)
             moved = (after and after.version) != (before and before.version)
@@ -116,13 +126,12 @@ def _canary_verdict(defs, instance, cycle: int, records: list) -> str:
     """canary_sensor's run, here right after an ingest: the verdict's sentence; the record of the cycle that made
     the canary learns how its trial ended."""
     from ..assets import canary_verdict
-    from ..automation.dead_runs import process_tags
-    from ..automation.in_process import QUIET_LOGS
+    from ..automation.in_process import QUIET_LOGS, launched_here
     from ..automation.jobs import canary_trial
 
     trial = defs.resolve_job_def(canary_trial.name).execute_in_process(
         instance=instance, raise_on_error=False, run_config=QUIET_LOGS,
-        tags={"rmi/cycle": str(cycle), "rmi/trigger": "rmi-run", **process_tags()})
+        tags={"rmi/cycle": str(cycle), "rmi/trigger": "rmi-run", **launched_here()})
     said = [e.materialization.metadata for e in trial.get_asset_materialization_events()
             if e.asset_key == canary_verdict.key]
     if not said:
@@ -132,6 +141,18 @@ def _canary_verdict(defs, instance, cycle: int, records: list) -> str:
         if record.verdict == "canary" and str(record.challenger_version) == version and action != "wait":
             record.canary_ended(action)
     return said[0]["reason"].value
+
+
+def _health(defs, instance, cycle: int) -> str:
+    """health_check's run, as health_after_cycle starts it under the daemon: its check's sentence."""
+    from ..automation.in_process import QUIET_LOGS, launched_here
+    from ..automation.jobs import health_check
+
+    checked = defs.resolve_job_def(health_check.name).execute_in_process(
+        instance=instance, raise_on_error=False, run_config=QUIET_LOGS,
+        tags={"rmi/cycle": str(cycle), "rmi/trigger": "rmi-run", **launched_here()})
+    checks = checked.get_asset_check_evaluations()
+    return checks[0].description if checks else f"the check failed; see `make ui`, run {checked.run_id}"
 
 
 def _closing_round(cycle: int, defs, instance, world, records: list) -> str | None:

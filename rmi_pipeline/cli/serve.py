@@ -6,12 +6,24 @@ import os
 import signal
 import threading
 import time
+from typing import Annotated
+
+import typer
 
 from ..settings import Settings
 from .home import prepare_home, say, server_logging
 
 
-def cmd_serve(args) -> int:
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on; 0.0.0.0 for every interface (set "
+                                           "RMI_SERVE_API_KEYS first).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+    alias: Annotated[str, typer.Option(help="The registry alias to serve and follow.")] = "champion",
+    access_log: Annotated[bool, typer.Option("--access-log", help="Log every request line (never bodies).")] = False,
+    exit_with_parent: Annotated[bool, typer.Option(hidden=True)] = False,  # how `rmi run` starts it
+) -> int:
+    """Answer with the champion and take feedback over HTTP: POST /v1/answers, /v1/completions (OpenAI),
+    /v1/feedback; GET /, /healthz, /readyz, /metrics. Settings: RMI_SERVE_* (README)."""
     settings = Settings()
     prepare_home(settings)
     import uvicorn
@@ -19,13 +31,13 @@ def cmd_serve(args) -> int:
     from ..serving.app import build_app
 
     server_logging()
-    if args.exit_with_parent:
+    if exit_with_parent:
         _exit_with_parent()
-    app = build_app(settings, alias=args.alias)
+    app = build_app(settings, alias=alias)
     keys = len(settings.serving.api_keys)
-    say(f"rmi serve: {settings.model_name}@{args.alias} on http://{args.host}:{args.port} "
+    say(f"rmi serve: {settings.model_name}@{alias} on http://{host}:{port} "
         f"({f'{keys} API keys' if keys else 'no API keys: anyone who can reach it may call it'}; Ctrl-C stops it)")
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info", access_log=args.access_log,
+    uvicorn.run(app, host=host, port=port, log_level="info", access_log=access_log,
                 timeout_graceful_shutdown=10)
     return 0
 
@@ -41,18 +53,3 @@ def _exit_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
-
-
-def add_serve_command(sub) -> None:
-    serve = sub.add_parser("serve", help="answer with the champion and take feedback over HTTP",
-                           description="The gateway: POST /v1/answers, /v1/completions (OpenAI), /v1/feedback; "
-                           "GET /, /healthz, /readyz, /metrics. Settings: RMI_SERVE_* (README).")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s; 0.0.0.0 "
-                       "for every interface: set RMI_SERVE_API_KEYS first)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default %(default)s)")
-    serve.add_argument("--alias", default="champion", help="the registry alias to serve and follow "
-                       "(default %(default)s)")
-    serve.add_argument("--access-log", action="store_true", help="log every request line (never bodies)")
-    serve.add_argument("--exit-with-parent", action="store_true", help="stop when the process that started this "
-                       "one exits (how `rmi run` starts it)")
-    serve.set_defaults(fn=cmd_serve)
