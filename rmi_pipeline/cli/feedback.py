@@ -66,6 +66,7 @@ def ingest(
     from ..automation.dead_runs import fail_dead_runs
     from ..automation.in_process import ingest_batch
     from ..definitions import build_definitions
+    from .run import ingested
 
     defs = build_definitions(settings)
     instance = DagsterInstance.get()
@@ -91,8 +92,7 @@ def ingest(
     if counts["failed"]:
         say(f"{name} did not land: its ingest run failed; `rmi ui` shows why, and the sensor tries it again")
         return 1
-    say(f"landed {storage.uri(key)}; ingested 1 batch(es): {counts['rows_in']} rows in, {counts['ingested']} new "
-        f"events, {counts['duplicates']} duplicates, {counts['quarantined']} quarantined")
+    say(f"landed {storage.uri(key)}; {ingested(counts)}")
     if counts["quarantined"]:
         say(f"quarantined rows and their reasons: {storage.uri(layout.quarantine(name))}")
     return 0

@@ -93,31 +93,68 @@ class CycleRecord:
         return f"[cycle {self.cycle}] challenger v{self.challenger_version}: {self.verdict}. {self.reason}"
 
 
+WIDTH = 120  # the widest the tables get, and the width they fit in when there is no terminal to ask
+
+
 def summary_table(records: list[CycleRecord]) -> str:
+    """Two tables that fit the terminal (at most WIDTH columns): what each cycle's gate saw and kept, then the data
+    and the time it took. One score per column, each saying which set it was measured on."""
+    from rich.table import Table
+
     skills = sorted({s for r in records for s in r.champion if s != "mean"})
-    head = (["cycle", "fb rows", "ingested", "quarant.", "dataset", "eval rows out", "n-gram out", "mined out",
-             "chal mean",
-             "gain [98% interval]", "verdict"] + [f"champ {s}" for s in skills]
-            + ["champ mean", "top tier", "suite tiers", "champion", "s world", "s ingest", "s train", "s eval",
-               "s total"])
-    rows = []
+    fmt = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else f"{v:,}")  # noqa: E731
+    quality = Table(title="Quality: each cycle's gate, and the champion after it", title_justify="left",
+                    caption="anchor (chal. for the challenger, champ. for the champion after the gate, per skill and "
+                            "mean): exact match on the frozen private anchor set (comparable across cycles); "
+                            "gain: the gate's paired gain over the champion on every counted slice, anchor and this "
+                            "cycle's fresh items pooled, with its 98% interval; top tier: the highest tier of each "
+                            "skill the champion answers at RMI_SATURATION on every counted slice up to it",
+                    caption_justify="left")
+    for name in ["cycle", "chal.", "chal.\nanchor", "gain\n[98% interval]", "verdict",
+                 *[f"champ.\n{s}" for s in skills], "champ.\nanchor", "top tier", "champ."]:
+        quality.add_column(name, justify="left" if name in ("verdict", "top tier") else "right", no_wrap=True)
+    data = Table(title="Data and time", title_justify="left",
+                 caption="rows out: training rows removed as eval items, near-copies (n-gram) and the mined hard "
+                         "cases held out for the eval; suite tiers: what the eval suite held (horizon slices last)",
+                 caption_justify="left")
+    for name in ["cycle", "feedback\nrows", "landed", "quaran-\ntined", "dataset\nrows", "out:\neval",
+                 "out:\nn-gram", "out:\nmined", "suite tiers", "s\nworld", "s\ningest", "s\ntrain", "s\neval",
+                 "s\ntotal"]:
+        data.add_column(name, justify="left" if name == "suite tiers" else "right",
+                        no_wrap=name != "suite tiers", ratio=1 if name == "suite tiers" else None)
     for r in records:
-        fmt = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))  # noqa: E731
         low, high = r.gain_interval or (None, None)
         gain = "-" if low is None else f"{r.gain:+.3f} [{low:+.3f}, {high:+.3f}]"
+        quality.add_row(str(r.cycle), f"v{r.challenger_version}" if r.challenger_version else "-",
+                        fmt(r.challenger.get("mean")), gain, r.verdict or "-",
+                        *[fmt(r.champion.get(s)) for s in skills], fmt(r.champion.get("mean")),
+                        " ".join(f"{s} {t}" for s, t in r.top_tier.items()) or "-",
+                        f"v{r.champion_version}" if r.champion_version else "-")
         secs = [r.seconds.get(k) for k in ("world", "ingest", "train", "eval")]
-        rows.append([str(r.cycle), fmt(r.ingest.get("rows_in")), fmt(r.ingest.get("ingested")),
+        data.add_row(str(r.cycle), fmt(r.ingest.get("rows_in")), fmt(r.ingest.get("ingested")),
                      fmt(r.ingest.get("quarantined")), fmt(r.dataset_rows),
                      *(fmt(r.contamination.get(k)) for k in ("removed_eval_overlap", "removed_ngram_overlap",
                                                              "held_out_mined")),
-                     fmt(r.challenger.get("mean")), gain, r.verdict or "-"]
-                    + [fmt(r.champion.get(s)) for s in skills] + [fmt(r.champion.get("mean"))]
-                    + [" ".join(f"{s} {t}" for s, t in r.top_tier.items()) or "-", r.suite_tiers or "-"]
-                    + [f"v{r.champion_version}" if r.champion_version else "-"]
-                    + [f"{s:.1f}" if s is not None else "-" for s in secs] + [f"{sum(r.seconds.values()):.1f}"])
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
-    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
-    return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)])
+                     r.suite_tiers or "-", *(f"{s:.0f}" if s is not None else "-" for s in secs),
+                     f"{sum(r.seconds.values()):.0f}")
+    return render(quality, data)
+
+
+def render(*tables) -> str:
+    """Rich tables as plain text that fits the terminal (WIDTH columns at most, or when there is none)."""
+    import shutil
+    from io import StringIO
+
+    from rich import box
+    from rich.console import Console
+
+    out = StringIO()
+    console = Console(file=out, width=min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns), color_system=None,
+                      highlight=False)
+    for n, table in enumerate(tables):
+        table.box, table.pad_edge, table.collapse_padding = box.SIMPLE_HEAD, False, True
+        console.print(*([""] if n else []), table)
+    return "\n".join(line.rstrip() for line in out.getvalue().rstrip().splitlines())
 
 
 def learning_curve(records: list[CycleRecord], path: Path) -> Path:
@@ -217,7 +254,30 @@ def status_text(settings) -> str:
     for row in quality.to_dicts():  # every model and skill: a model's live quality is what status is for
         lines.append(f"  model v{row['model_version']} {row['skill']}: {row['events']} events, "
                      f"thumbs-down {row['thumbs_down_rate']:.1%}, {row['corrections']} corrections")
-    return "\n".join(lines + _runs())
+    return "\n".join(lines + _checks() + _runs())
+
+
+def _checks() -> list[str]:
+    """The latest result of every asset check: those that failed in full, with what they said."""
+    from dagster import DagsterInstance
+
+    from ..assets import ALL
+
+    instance = DagsterInstance.get()
+    passed, failed = [], []
+    for spec in (spec for asset in ALL for spec in asset.check_specs):
+        record = instance.get_latest_asset_check_evaluation_record(spec.key)
+        evaluation = record.event.dagster_event.event_specific_data if record and record.event else None
+        if evaluation is None:
+            continue
+        if evaluation.passed:
+            passed.append(spec.name)
+        else:
+            failed.append(f"  {spec.asset_key.to_user_string()}: {spec.name} did not pass: "
+                          f"{evaluation.description or '?'}")
+    lines = [f"checks: {len(failed)} of {len(passed) + len(failed)} did not pass at their latest run"
+             + (f" (passed: {', '.join(passed)})" if passed else "")]
+    return lines + failed
 
 
 RUNS_SHOWN = 8

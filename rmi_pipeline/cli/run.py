@@ -31,7 +31,7 @@ def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles afte
                                                            settings.sim_queries_per_cycle)))
     settings = Settings()
     home = prepare_home(settings, fresh=fresh)
-    say(f"rmi run: {cycles} improvement cycles after a first model; state in {home}")
+    say(f"rmi run: a first model, then {cycles} improvement cycle(s); state in {home}")
     from dagster import DagsterInstance
 
     from ..automation.dead_runs import fail_dead_runs
@@ -69,6 +69,7 @@ def _cycles(cycles: int, defs, instance, world) -> list:
     from ..automation.jobs import improvement_cycle
     from ..resources.registry import CANARY, CHAMPION
     from ..serving.process import wait_ready
+    from .progress import narrated, new_run_id
     from .report import CycleRecord
 
     if world.ensure_eval_suite():
@@ -81,29 +82,37 @@ def _cycles(cycles: int, defs, instance, world) -> list:
             canary = world.registry.version(CANARY)
             wait_ready(world.gateway_url, world.registry.version(CHAMPION).version,
                        canary=canary.version if canary else None)
-            batches, record.world = world.serve_cycle(cycle)
+            with narrated(f"[cycle {cycle}]", "users asking through the gateway", say):
+                batches, record.world = world.serve_cycle(cycle)
             record.seconds["world"] = time.perf_counter() - t
             say(f"[cycle {cycle}] users asked {record.world['queries']} questions ({_who(record.world)}) through "
                 f"the gateway (right {record.world['served_accuracy']:.0%}); their feedback is in its batch files"
                 + (f" (the last: {batches[-1]})" if batches else ""))
             t = time.perf_counter()
-            record.ingest = ingest_new_batches(defs, instance)
+            with narrated(f"[cycle {cycle}]", "ingesting their feedback", say):
+                record.ingest = ingest_new_batches(defs, instance)
             record.seconds["ingest"] = time.perf_counter() - t
-            say(f"[cycle {cycle}] ingested: {record.ingest}")
+            say(f"[cycle {cycle}] {ingested(record.ingest)}")
             if world.registry.version(CANARY) is not None:
-                say(f"[cycle {cycle}] canary: {_canary_verdict(defs, instance, cycle, records)}")
+                with narrated(f"[cycle {cycle}]", "canary verdict", say):
+                    verdict = _canary_verdict(defs, instance, cycle, records)
+                say(f"[cycle {cycle}] canary: {verdict}")
         say(f"[cycle {cycle}] improvement cycle: dataset -> training -> evaluation -> gate")
         before = world.registry.version(CHAMPION)
-        result = defs.resolve_job_def(improvement_cycle.name).execute_in_process(
-            instance=instance, raise_on_error=False, run_config=QUIET_LOGS,
-            tags={"rmi/cycle": str(cycle), "rmi/trigger": "rmi-run", **launched_here()})
+        run_id = new_run_id()
+        with narrated(f"[cycle {cycle}]", "improvement cycle", say, instance, run_id):
+            result = defs.resolve_job_def(improvement_cycle.name).execute_in_process(
+                instance=instance, raise_on_error=False, run_config=QUIET_LOGS, run_id=run_id,
+                tags={"rmi/cycle": str(cycle), "rmi/trigger": "rmi-run", **launched_here()})
         record.read_cycle_run(result, instance)
         canary = world.registry.version(CANARY)
         if record.verdict == "promote" and canary and str(canary.version) == str(record.challenger_version):
             record.verdict = "canary"  # passed the gate; the next cycle's users decide
         say(record.progress_line())
-        if world.registry.version(CHAMPION) is not None:
-            say(f"[cycle {cycle}] health: {_health(defs, instance, cycle)}")
+        if result.success and world.registry.version(CHAMPION) is not None:
+            with narrated(f"[cycle {cycle}]", "health check", say):
+                health = _health(defs, instance, cycle)
+            say(f"[cycle {cycle}] health: {health}")
         if not result.success:
             after = world.registry.version(CHAMPION)
             moved = (after and after.version) != (before and before.version)
@@ -160,15 +169,18 @@ def _closing_round(cycle: int, defs, instance, world, records: list) -> str | No
     from ..automation.in_process import ingest_new_batches
     from ..resources.registry import CANARY, CHAMPION
     from ..serving.process import wait_ready
+    from .progress import narrated
 
     canary = world.registry.version(CANARY)
     if canary is None:
         return None
     wait_ready(world.gateway_url, world.registry.version(CHAMPION).version, canary=canary.version)
-    _, stats = world.serve_cycle(cycle)
+    with narrated("[closing]", "users asking through the gateway", say):
+        _, stats = world.serve_cycle(cycle)
     say(f"[closing] users asked {stats['queries']} questions ({_who(stats)}) through the gateway")
-    records[-1].closing = {"world": stats, "ingest": ingest_new_batches(defs, instance)}
-    verdict = _canary_verdict(defs, instance, cycle, records)
+    with narrated("[closing]", "ingesting their feedback and the canary verdict", say):
+        records[-1].closing = {"world": stats, "ingest": ingest_new_batches(defs, instance)}
+        verdict = _canary_verdict(defs, instance, cycle, records)
     return f"canary v{canary.version} after the closing round of users: {verdict}"
 
 
@@ -178,6 +190,13 @@ def _who(stats: dict) -> str:
     if len(versions) == 1:
         return f"of champion v{next(iter(versions))}"
     return ", ".join(f"{n:,} of v{v}" for v, n in sorted(versions.items(), key=lambda kv: int(kv[0])))
+
+
+def ingested(counts: dict) -> str:
+    """An ingest's counts as a sentence (in = new + duplicates + quarantined)."""
+    failed = f"; {counts['failed']} failed (ingested again later)" if counts.get("failed") else ""
+    return (f"ingested {counts['batches']} batch(es): {counts['rows_in']:,} rows in, {counts['ingested']:,} new "
+            f"events, {counts['duplicates']:,} duplicates, {counts['quarantined']:,} quarantined{failed}")
 
 
 def client_key(settings: Settings) -> str | None:

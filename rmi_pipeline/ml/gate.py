@@ -95,7 +95,8 @@ def decide(slices: dict[str, Paired], counted: set[str], gate: Gate, *,
     level = f"{confidence:.0%}"
     if first:
         ok = low >= first_floor
-        why = (f"No champion yet: the first model scores {new:.3f} ({level} interval {low:.3f} to {high:.3f}), "
+        why = (f"No champion yet: the first model scores {new:.3f} on the counted slices ({level} interval "
+               f"{low:.3f} to {high:.3f}), "
                f"{'at or above' if ok else 'below'} the floor {first_floor:.3f}.")
         return Decision(ok, why, new, None, None, low, high, results)
 
@@ -118,11 +119,11 @@ def decide(slices: dict[str, Paired], counted: set[str], gate: Gate, *,
                            f"to {worst.high:+.3f}), past the tolerance {tolerance:.2f}; overall {summary}.")
     elif low <= min_gain:
         decision.reason = (f"Not promoted: the {summary} is not significantly above {min_gain:+.3f} "
-                           f"({new:.3f} vs champion {old:.3f}).")
+                           f"({new:.3f} vs champion {old:.3f} on the counted slices).")
     else:
         decision.promote = True
-        decision.reason = (f"Promoted: {new:.3f} vs champion {old:.3f}, {summary}, and no slice falls past "
-                           f"the tolerance {tolerance:.2f}.")
+        decision.reason = (f"Promoted: {new:.3f} vs champion {old:.3f} on the counted slices, {summary}, and no "
+                           f"slice falls past the tolerance {tolerance:.2f}.")
     return decision
 
 

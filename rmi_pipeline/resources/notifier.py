@@ -43,8 +43,8 @@ class Notifier(ConfigurableResource):
             if key in state["sent"] or key in state["outbox"]:
                 return False
             link = f" <{self.run_link(run_id)}|run {run_id[:8]}>" if run_id else ""
-            message = f"[rmi {kind}] {text}{link}"
-            log.warning(message)
+            message = f"[rmi {kind}] {text}{link}"  # Slack's markup: the webhook's text
+            log.warning(f"[rmi {kind}] {text}" + (f" (run {run_id[:8]})" if run_id else ""))  # a plain line
             state["outbox"][key] = {"message": message, "raised_at": _now(), "tries": 0,
                                     "blocks": alert_blocks(message, key, actions or {},
                                                            self.run_link(run_id) if run_id else None)}
