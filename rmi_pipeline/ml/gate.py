@@ -55,35 +55,43 @@ class Decision:
         return asdict(self)
 
 
-def _resampled_means(values: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """Bootstrap replicates of the mean of `values` (items resampled with replacement)."""
-    idx = rng.integers(0, len(values), size=(resamples, len(values)))
-    return values[idx].mean(axis=1)
+METHOD = "percentile"  # scipy.stats.bootstrap's interval; bench/gate_bootstrap.py measured BCa beside it
 
 
-def _interval(replicates: np.ndarray, confidence: float) -> tuple[float, float]:
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(replicates, [tail, 100 - tail])
-    return float(low), float(high)
+def _interval(samples: list[np.ndarray], confidence: float, resamples: int, rng: np.random.Generator,
+              method: str) -> tuple[float, float]:
+    """The bootstrap interval of the mean over `samples` of each one's mean, each sample resampled on its own (a
+    slice is a stratum: the overall gain keeps every slice's size in every resample)."""
+    from scipy.stats import bootstrap
+
+    if all(np.ptp(sample) == 0 for sample in samples):  # nothing varies (say, two models right on the same items)
+        value = float(np.mean([sample.mean() for sample in samples]))
+        return value, value
+    result = bootstrap(samples, _mean_of_means, n_resamples=resamples, confidence_level=confidence, method=method,
+                       vectorized=True, paired=False, rng=rng)
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def _mean_of_means(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean([sample.mean(axis=axis) for sample in samples], axis=0)
 
 
 def decide(slices: dict[str, Paired], counted: set[str], gate: Gate, *,
-           leak_pairs: dict[str, tuple[Paired, Paired]] | None = None, seed: int = 0) -> Decision:
-    """`counted` slices make the overall score; every slice is guarded against regression."""
+           leak_pairs: dict[str, tuple[Paired, Paired]] | None = None, seed: int = 0,
+           method: str = METHOD) -> Decision:
+    """`counted` slices make the overall score; every slice is guarded against regression. `method`: the
+    bootstrap interval's (scipy.stats.bootstrap: "percentile", "BCa", "basic")."""
     confidence, resamples, tolerance = gate.confidence, gate.resamples, gate.slice_tolerance
     min_gain, first_floor, leak_gap = gate.min_gain, gate.first_floor, gate.leak_gap
     if not counted:
         raise ValueError("the eval suite has no private slice: nothing honest to gate on")
     rng = np.random.default_rng(seed)
     first = any(p.champion is None for p in slices.values())
-    results, overall = [], np.zeros(resamples)
+    results, values_of = [], {}
     for name, pair in sorted(slices.items()):
         a = np.asarray(pair.challenger, dtype=float)
-        values = a if first else a - np.asarray(pair.champion, dtype=float)
-        replicates = _resampled_means(values, resamples, rng)
-        if name in counted:
-            overall += replicates / len(counted)
-        low, high = _interval(replicates, confidence)
+        values = values_of[name] = a if first else a - np.asarray(pair.champion, dtype=float)
+        low, high = _interval([values], confidence, resamples, rng, method)
         if first:
             results.append(SliceResult(name, len(a), float(a.mean()), None, None, low, high, name in counted))
             continue
@@ -91,13 +99,12 @@ def decide(slices: dict[str, Paired], counted: set[str], gate: Gate, *,
         results.append(SliceResult(name, len(a), float(a.mean()), float(pair.champion.mean()), delta, low, high,
                                    name in counted, regressed=delta < -tolerance and high < 0))
     new = float(np.mean([r.challenger for r in results if r.counted]))
-    low, high = _interval(overall, confidence)
+    low, high = _interval([values_of[name] for name in sorted(counted)], confidence, resamples, rng, method)
     level = f"{confidence:.0%}"
     if first:
         ok = low >= first_floor
         why = (f"No champion yet: the first model scores {new:.3f} on the counted slices ({level} interval "
-               f"{low:.3f} to {high:.3f}), "
-               f"{'at or above' if ok else 'below'} the floor {first_floor:.3f}.")
+               f"{low:.3f} to {high:.3f}), {'at or above' if ok else 'below'} the floor {first_floor:.3f}.")
         return Decision(ok, why, new, None, None, low, high, results)
 
     old = float(np.mean([r.champion for r in results if r.counted]))

@@ -45,14 +45,18 @@ class FitResult:
     tokens: int = 0  # the rows every process trained, each counted up to its last answer token
 
 
+REPORT_STEPS = 200  # a long fit still says how it goes every few seconds (100,000 steps: every 5,000 before)
+
+
 class _Progress(L.Callback):
-    """Reports (step, total, loss) about twenty times per fit from the first process; the loss is the running
-    mean of the last batches, averaged over all processes."""
+    """Reports (step, total, loss) about twenty times per fit, and at least every REPORT_STEPS steps, from the first
+    process; the loss is the running mean of the last batches, averaged over all processes (every process reports
+    at the same steps: a step count, not a clock, says when)."""
 
     def __init__(self, total: int, report: Callable[[int, int, float], None] | None, sources: int = 0):
         self.total, self.report, self.sources = total, report, sources
         self.source_sums, self.source_rows = torch.zeros(sources), torch.zeros(sources, dtype=torch.long)
-        self.every = max(1, total // 20)
+        self.every = max(1, min(total // 20, REPORT_STEPS))
         self.recent: list[float] = []
         self.final_loss = float("nan")
         self.tokens = 0  # this process's rows trained, each counted up to its last answer token

@@ -1,0 +1,58 @@
+"""The gate's bootstrap interval, percentile against BCa (scipy.stats.bootstrap), in the same seeded trials.
+
+    python bench/gate_bootstrap.py [--trials 400] [--confidences 0.95,0.98]
+
+Each trial draws 14 slices of 100 items (true accuracies uniform in 0.2-0.9, as tests/test_gate.py's trials); the
+champion answers at the truth, the challenger at the truth (equal) or 5 points below it on one slice (worse). Per
+method and confidence: the share of equal challengers promoted (a false promotion; the nominal rate of the
+one-sided lower bound is (1 - confidence) / 2) and of worse ones rejected, and the seconds one decision takes.
+"""
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rmi_pipeline.ml.gate import Paired, decide  # noqa: E402
+from rmi_pipeline.settings import Settings  # noqa: E402
+
+SLICES = [f"{skill}/{tier}" for skill in ("add", "sub") for tier in range(2, 9)]
+
+
+def promoted_share(worse_by: float, trials: int, gate, method: str) -> tuple[float, float]:
+    """(share promoted, seconds per decision) over `trials` seeded trials."""
+    rng = np.random.default_rng(0)  # the same draws for every method and confidence
+    promoted, started = 0, time.perf_counter()
+    for t in range(trials):
+        truth = rng.uniform(0.2, 0.9, size=len(SLICES))
+        slices = {name: Paired((rng.random(100) < truth[i] - (worse_by if i == 3 else 0.0)).astype(float),
+                               (rng.random(100) < truth[i]).astype(float)) for i, name in enumerate(SLICES)}
+        promoted += decide(slices, set(SLICES), gate, seed=t, method=method).promote
+    return promoted / trials, (time.perf_counter() - started) / trials
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=400)
+    parser.add_argument("--confidences", default="0.95,0.98")
+    args = parser.parse_args()
+    base = Settings.model_construct().gate
+    print(f"{args.trials} trials each; {base.resamples} resamples")
+    print("| method | confidence | nominal false promotion | equal promoted | 5 points worse rejected | s/decision |")
+    print("|---|---|---|---|---|---|")
+    for confidence in map(float, args.confidences.split(",")):
+        gate = replace(base, confidence=confidence)
+        for method in ("percentile", "BCa"):
+            equal, seconds = promoted_share(0.0, args.trials, gate, method)
+            worse, _ = promoted_share(0.05, args.trials, gate, method)
+            print(f"| {method} | {confidence:.2f} | {(1 - confidence) / 2:.1%} | {equal:.2%} | {1 - worse:.2%} "
+                  f"| {seconds:.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
