@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,9 @@ def test_every_asset_check_job_sensor_and_schedule_explains_itself_in_the_ui():
     assert all(text for s in specs.values() for text in s["checks"].values())
     for definition in [*defs.jobs, *defs.sensors, *defs.schedules]:
         assert definition.description and len(definition.description) > 40, definition.name
+    # the UI renders descriptions as Markdown: a bare <name> outside a code span is taken for HTML and vanishes
+    texts = [s["description"] for s in specs.values()] + [t for s in specs.values() for t in s["checks"].values()]
+    assert not [t for t in texts if re.search(r"<[a-z]", re.sub(r"`[^`]*`", "", t))]
 
 
 def test_every_asset_has_owners_and_links_to_the_code_that_makes_it(monkeypatch):

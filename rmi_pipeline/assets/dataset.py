@@ -37,7 +37,7 @@ CHECKS = [
 @asset(deps=[feedback_events, eval_suite, practice], group_name="training", kinds={"parquet"}, check_specs=CHECKS)
 def training_dataset(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
                      warehouse: Warehouse, registry: ModelRegistry) -> MaterializeResult:
-    """A new dataset version (datasets/<version>/train.parquet and its manifest): the recipe's seed set, thumbs-up
+    """A new dataset version (`datasets/<version>/train.parquet` and its manifest): the recipe's seed set, thumbs-up
     answers and corrections from the warehouse and the champion's practice rows, each weighted by its source's
     share in RMI_MIX; rows that touch the sealed evals are removed and counted. Blocking checks: no eval overlap,
     no canary."""

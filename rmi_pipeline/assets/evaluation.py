@@ -49,7 +49,7 @@ GATE_CHECK = AssetCheckSpec(
 def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
                          eval_store: ObjectStore, registry: ModelRegistry) -> MaterializeResult:
     """The challenger and the champion answer every sealed eval item; the paired-bootstrap gate decides per slice
-    whether the challenger is better. Writes the verdict (evaluations/v<challenger>.json) and tags the version."""
+    whether the challenger is better. Writes the verdict (`evaluations/v<challenger>.json`) and tags the version."""
     import numpy as np
 
     from ..ml.gate import decide, markdown

@@ -34,7 +34,7 @@ from .partitions import feedback_batches
 )
 def feedback_batch(context: AssetExecutionContext, settings: ResourceParam[Settings],
                    storage: ObjectStore) -> MaterializeResult:
-    """One landed batch file (feedback/incoming/<batch>), parsed and validated against schema v1: its valid events
+    """One landed batch file (`feedback/incoming/<batch>`), parsed and validated against schema v1: its valid events
     go to feedback/validated/, bad rows to feedback/quarantine/ with their reasons."""
     summary, check = check_batch(storage, context.partition_key, settings)
     context.log.info(f"batch {context.partition_key}: {summary}")

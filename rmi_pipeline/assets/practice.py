@@ -19,7 +19,7 @@ from .feedback import feedback_events
 @asset(deps=[feedback_events, eval_suite], group_name="training", kinds={"pytorch", "parquet"})
 def practice(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
              warehouse: Warehouse, registry: ModelRegistry) -> MaterializeResult:
-    """Rows the champion makes for its successor (practice/v<champion>-<events>.parquet): harder problems it
+    """Rows the champion makes for its successor (`practice/v<champion>-<events>.parquet`): harder problems it
     solved, RL groups scored by the verifier, answers it found with the coach's hints, and labels it backs up, up to
     the eval suite's top tier per skill ("reach"). Only the sources with a share in RMI_MIX are made (all four by
     default)."""
