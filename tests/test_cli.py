@@ -16,6 +16,7 @@ def test_status_shows_the_champion_and_the_warehouse(loop_home, monkeypatch, cap
     assert "feedback events" in out and "thumbs-down" in out
     assert "runs (latest 8" in out and " improvement_cycle: success, " in out and "rmi-run" in out
     assert out.count("  model v") == len(loop_home["summary"]) * 2  # every model that served, both skills
+    assert "did not pass at their latest run (passed: " in out and "champion_holds_up" in out
 
 
 def test_the_loop_wrote_its_learning_curve_and_summary_and_its_tables_fit_120_columns(loop_home, monkeypatch):
@@ -28,6 +29,17 @@ def test_the_loop_wrote_its_learning_curve_and_summary_and_its_tables_fit_120_co
     text = summary_table([CycleRecord(**r) for r in loop_home["summary"]])
     assert max(map(len, text.splitlines())) <= 120 and "{" not in text
     assert all(word in text for word in ("gain", "verdict", "anchor", "top tier", "feedback", "quaran", "total"))
+
+
+def test_the_duckdb_cli_installed_with_the_project_opens_the_warehouse_and_its_views(loop_home):
+    duckdb = Path(sys.executable).parent / "duckdb"
+    out = subprocess.run([str(duckdb), "-readonly", "-csv", "-noheader", str(loop_home["home"] / "warehouse.duckdb"),
+                          "-c", "SELECT count(*) FROM feedback_events; SELECT count(*) FROM feedback_quality;"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    events, quality_rows = map(int, out.stdout.split())
+    assert events == sum(r["ingest"].get("ingested", 0) + r["closing"].get("ingest", {}).get("ingested", 0)
+                         for r in loop_home["summary"]) and quality_rows > 0
 
 
 def test_simulating_users_without_a_champion_is_a_clear_error(rmi_env, capsys):

@@ -267,14 +267,15 @@ def _checks() -> list[str]:
     passed, failed = [], []
     for spec in (spec for asset in ALL for spec in asset.check_specs):
         record = instance.get_latest_asset_check_evaluation_record(spec.key)
-        evaluation = record.event.dagster_event.event_specific_data if record and record.event else None
-        if evaluation is None:
+        if record is None:
             continue
-        if evaluation.passed:
+        where = f"  {spec.asset_key.to_user_string()}: {spec.name}"
+        if record.status.value == "SUCCEEDED":
             passed.append(spec.name)
-        else:
-            failed.append(f"  {spec.asset_key.to_user_string()}: {spec.name} did not pass: "
-                          f"{evaluation.description or '?'}")
+        elif record.status.value == "FAILED":
+            failed.append(f"{where} did not pass: {record.event.dagster_event.event_specific_data.description}")
+        else:  # planned by a run that did not finish it
+            failed.append(f"{where} did not finish in run {record.run_id[:8]} (`make ui` shows why)")
     lines = [f"checks: {len(failed)} of {len(passed) + len(failed)} did not pass at their latest run"
              + (f" (passed: {', '.join(passed)})" if passed else "")]
     return lines + failed

@@ -93,6 +93,11 @@ class Warehouse(ConfigurableResource):
                 with attempt:
                     return duckdb.connect(self.path, read_only=read_only)
         except duckdb.IOException as exc:
+            if "database file with version number" in str(exc):  # written by a newer DuckDB (say, before the pin)
+                raise RuntimeError(
+                    f"the warehouse {self.path} was written by a newer DuckDB than this one ({duckdb.__version__}), "
+                    "which cannot read it: `rmi run --fresh` starts the loop over, or EXPORT "
+                    "DATABASE with that DuckDB and IMPORT DATABASE here") from None
             if not held(exc):
                 raise
             raise TimeoutError(f"the warehouse {self.path} is held by another process for more than "
