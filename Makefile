@@ -15,11 +15,13 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	@echo "installing rmi-pipeline and its pinned dependencies into $(VENV) (a few minutes the first time)"
-	$(BIN)/python -m pip install --progress-bar on -c constraints.txt -e .
+	@# no bytecode compiled ahead (as uv does): Python writes it for the modules it imports, about 1 in 4 (saves
+	@# about 450 MB and a minute of install)
+	$(BIN)/python -m pip install --progress-bar on --no-compile -c constraints.txt -e .
 	touch $(STAMP)
 
 $(DEV_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[dev]"
 	touch $(DEV_STAMP)
 
 run: $(STAMP)  ## the whole loop on embedded defaults, from an empty RMI_HOME

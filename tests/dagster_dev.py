@@ -1,4 +1,4 @@
-"""Start `rmi ui` (dagster dev: webserver and daemon) over an RMI_HOME on a free loopback port, stop it by pid."""
+"""Start `rmi ui` (the webserver and the daemon) over an RMI_HOME on a free loopback port, stop it by pid."""
 
 import json
 import os
@@ -46,7 +46,7 @@ def dagster_dev(home: Path, log: Path, **env_extra: str):
         graphql.port = port
         yield graphql
     finally:
-        os.killpg(proc.pid, signal.SIGINT)  # dagster dev shuts its children down on SIGINT
+        os.killpg(proc.pid, signal.SIGINT)  # rmi ui, the webserver and the daemon shut their children down
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

@@ -155,7 +155,7 @@ def test_a_queue_of_ingests_gets_one_health_check_and_one_canary_verdict_after_i
 
 
 def test_under_the_daemon_feedback_becomes_a_champion_and_a_drift_starts_a_targeted_cycle_with_no_click(tmp_path):
-    """Real `dagster dev` (webserver + daemon): a file lands, and the sensors ingest it and run a cycle that promotes
+    """Real `rmi ui` (webserver + daemon): a file lands, and the sensors ingest it and run a cycle that promotes
     a first champion. Then users drift to a slice it never served; health flags it and a targeted cycle starts."""
     from rmi_pipeline.cli.home import prepare_home
     from rmi_pipeline.settings import Settings

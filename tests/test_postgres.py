@@ -90,7 +90,8 @@ def test_dagster_keeps_the_cycle_runs_in_postgres(production):
         runs = cur.fetchall()
         cur.execute("SELECT count(*) FROM event_logs WHERE dagster_event_type = 'ASSET_MATERIALIZATION'")
         materializations = cur.fetchone()[0]
-    assert runs == [("improvement_cycle", "SUCCESS", 2), ("ingest_feedback", "SUCCESS", 1)]
+    assert runs == [("health_check", "SUCCESS", 2), ("improvement_cycle", "SUCCESS", 2),
+                    ("ingest_feedback", "SUCCESS", 1)]  # rmi run checks the champion's health after each cycle
     assert materializations >= 2 + 2 * 4  # the batch's two assets, four per cycle at least
     assert not list((production["home"] / "dagster").rglob("*.db"))  # no sqlite storage beside it
 

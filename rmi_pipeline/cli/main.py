@@ -18,10 +18,8 @@ Every help page shows the defaults; settings come from RMI_* environment variabl
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -33,6 +31,7 @@ from .home import prepare_home, say
 from .overrides import promote, rollback
 from .run import run
 from .serve import serve
+from .ui import ui
 
 SETTINGS = "Settings: RMI_* environment variables; RMI_HOME holds the loop's state (default ./.rmi). README: Settings."
 
@@ -57,16 +56,6 @@ def _version(value: bool) -> None:
 def _options(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                                    help="Print the version and exit.")] = False) -> None:
     pass
-
-
-def ui(port: Annotated[int, typer.Option(help="Port of the web UI on 127.0.0.1.")] = 3000) -> int:
-    """The Dagster web UI over RMI_HOME: every run, materialization and check, the lineage; sensors on."""
-    settings = Settings()
-    prepare_home(settings)
-    dagster = shutil.which("dagster", path=str(Path(sys.executable).parent)) or "dagster"
-    target = ["-w", "workspace.yaml"] if Path("workspace.yaml").exists() else ["-m", "rmi_pipeline.definitions"]
-    say(f"Dagster UI on http://127.0.0.1:{port} over {settings.resolved_home} (Ctrl-C stops it)")
-    os.execv(dagster, [dagster, "dev", *target, "-h", "127.0.0.1", "-p", str(port)])
 
 
 class Scenario(StrEnum):
