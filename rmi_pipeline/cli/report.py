@@ -176,7 +176,7 @@ def learning_curve(records: list[CycleRecord], path: Path) -> Path:
     tiers = ax.twinx()  # the highest tier solved climbs past the anchor's, which the mean cannot show
     for s in skills:
         tiers.step(cycles, [r.top_tier.get(s) for r in records], ":", where="mid", label=f"highest tier solved, {s}")
-    tiers.set_ylabel("highest tier solved (RMI_SATURATION on every tier up to it)")
+    tiers.set_ylabel("highest tier solved (digits)")  # at RMI_SATURATION on every tier up to it
     lines = ax.get_legend_handles_labels()
     more = tiers.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], loc="lower right", fontsize=8)
