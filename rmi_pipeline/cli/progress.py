@@ -62,9 +62,10 @@ def _heartbeat(state: _State, stop: threading.Event) -> None:
         now = time.monotonic()
         if now - state.said < HEARTBEAT:
             continue
-        step = next(iter(state.started), None)
-        state.say(f"{STAGES.get(step, step)}: {state.latest.get(step, 'running')} ({now - state.started[step]:.0f} s)"
-                  if step else f"{state.what}: still going ({now - state.begun:.0f} s)")
+        with state.lock:  # the other thread adds and removes steps
+            step, since = next(iter(state.started.items()), (None, state.begun))
+        state.say(f"{STAGES.get(step, step)}: {state.latest.get(step, 'running')} ({now - since:.0f} s)"
+                  if step else f"{state.what}: still going ({now - since:.0f} s)")
 
 
 def _follow(state: _State, instance, run_id: str, stop: threading.Event) -> None:
@@ -81,10 +82,12 @@ def _follow(state: _State, instance, run_id: str, stop: threading.Event) -> None
             step, kind = entry.step_key, entry.dagster_event.event_type_value if entry.dagster_event else None
             name = STAGES.get(step, step)
             if kind == "STEP_START":
-                state.started[step] = time.monotonic()
+                with state.lock:
+                    state.started[step] = time.monotonic()
                 state.say(f"{name}: started")
             elif kind in ("STEP_SUCCESS", "STEP_FAILURE") and step in state.started:
-                seconds = time.monotonic() - state.started.pop(step)
+                with state.lock:
+                    seconds = time.monotonic() - state.started.pop(step)
                 state.say(f"{name}: {'done' if kind == 'STEP_SUCCESS' else 'failed'} in {seconds:.0f} s")
             elif kind is None and step and entry.user_message.startswith("training step"):
                 state.latest[step] = entry.user_message  # "training step 400/800 loss 0.1234", from Pipes
