@@ -123,7 +123,14 @@ class Settings(BaseSettings):
 
     home: Path = Field(default=Path(".rmi"), description="Where the loop keeps its state by default.")
     storage_url: str | None = Field(default=None, description="Object store root; default file://HOME/store.")
-    warehouse_path: Path | None = Field(default=None, description="DuckDB file; default HOME/warehouse.duckdb.")
+    warehouse_path: Path | None = Field(default=None, description="The warehouse's catalog file (SQLite, a DuckLake "
+                                        "catalog); default HOME/warehouse.sqlite. A DuckDB-file warehouse from "
+                                        "before (here or HOME/warehouse.duckdb) moves in once.")
+    warehouse_catalog: str | None = Field(default=None, description="A DuckLake catalog in PostgreSQL that many "
+                                          "writers share, as 'postgres:dbname=... host=... user=...'; the password "
+                                          "from PGPASSWORD, never here. Default the file WAREHOUSE_PATH.")
+    warehouse_data_url: str | None = Field(default=None, description="Where the warehouse's Parquet files live: "
+                                           "a folder or s3://bucket/prefix/; default HOME/warehouse_files/.")
     mlflow_tracking_uri: str | None = Field(default=None, description="Default sqlite:///HOME/mlflow.db.")
     dagster_yaml: Path | None = Field(default=None, description="Dagster instance config that rmi copies into "
                                       "HOME/dagster; default the repo's dagster.yaml (sqlite under HOME).")
@@ -138,8 +145,8 @@ class Settings(BaseSettings):
     max_text_chars: int = Field(default=4096, description="Longer text in any field (or meta) is quarantined, "
                                 "not truncated.")
     max_bad_share: float = Field(default=0.5, description="A batch with more bad rows than this fails its check.")
-    warehouse_lock_timeout_seconds: float = Field(default=300.0, description="How long a writer waits for another "
-                                                  "process's hold on the DuckDB warehouse before it gives up.")
+    warehouse_lock_timeout_seconds: float = Field(default=300.0, description="How long a writer retries commits "
+                                                  "that lost to another writer's before it gives up.")
     ingest_retries: int = Field(default=3, description="Times a batch whose ingest failed or died is ingested "
                                 "again before a person is alerted.")
     ingest_backoff_seconds: float = Field(default=30.0, description="Wait before a batch is ingested again; doubles "
@@ -405,7 +412,7 @@ class Settings(BaseSettings):
 
     @property
     def resolved_warehouse_path(self) -> Path:
-        return self.warehouse_path or self.resolved_home / "warehouse.duckdb"
+        return self.warehouse_path or self.resolved_home / "warehouse.sqlite"
 
     @property
     def resolved_tracking_uri(self) -> str:

@@ -1,5 +1,6 @@
 """The warehouse is idempotent on event_id without a PRIMARY KEY: a repeated event is counted as a duplicate and
-stored once, also when two ids share a key, and a warehouse written by an older version keeps that promise."""
+stored once, also when two ids share a key, and a DuckDB-file warehouse from before the lakehouse moves in once and
+keeps that promise."""
 
 import duckdb
 import pytest
@@ -20,32 +21,37 @@ def stored(warehouse) -> list[tuple]:
 @pytest.mark.parametrize("key", [wh.KEY, "hash(event_id) % 2"], ids=["hash", "every-id-collides"])
 def test_each_event_is_stored_once_whatever_the_batches_and_the_key_collisions(tmp_path, monkeypatch, key):
     monkeypatch.setattr(wh, "KEY", key)  # with two keys in all, nearly every id shares its key with another
-    warehouse = wh.Warehouse(path=str(tmp_path / "w.duckdb"))
+    warehouse = wh.Warehouse(path=str(tmp_path / "w.sqlite"))
     assert warehouse.ingest(events("a", "b", "c", "a")) == (3, 1)  # repeated inside the batch
     assert warehouse.ingest(events("a", "b", "c", batch="b1-again")) == (0, 3)  # the same batch landed again
     assert warehouse.ingest(events("c", "d", "e", batch="b2")) == (2, 1)
     assert stored(warehouse) == [("a", "b1"), ("b", "b1"), ("c", "b1"), ("d", "b2"), ("e", "b2")]
 
 
-def test_an_older_warehouse_loses_its_primary_key_and_stays_idempotent(tmp_path):
-    path = tmp_path / "old.duckdb"
+@pytest.mark.parametrize("where", ["at the catalog's path", "at HOME/warehouse.duckdb"])
+def test_a_duckdb_file_warehouse_from_before_moves_into_the_lake_once_and_stays_idempotent(tmp_path, where):
+    path = tmp_path / "warehouse.duckdb"
     with duckdb.connect(str(path)) as conn:  # as written before id_key: event_id PRIMARY KEY, no key column
         conn.execute("CREATE TABLE feedback_events (event_id VARCHAR PRIMARY KEY, schema_version INTEGER, "
                      "ts TIMESTAMPTZ, user_id VARCHAR, model_version VARCHAR, prompt VARCHAR, completion VARCHAR, "
                      "rating VARCHAR, correction VARCHAR, comment VARCHAR, source VARCHAR, skill VARCHAR, "
                      "meta JSON, batch_id VARCHAR, ingested_at TIMESTAMPTZ DEFAULT current_timestamp, tier INTEGER)")
         conn.execute("INSERT INTO feedback_events (event_id, batch_id) VALUES ('a', 'old'), ('b', 'old')")
-    warehouse = wh.Warehouse(path=str(path))
+    # RMI_WAREHOUSE_PATH pointing at the old file, or the default catalog beside the old default file
+    make = (lambda: wh.Warehouse(path=str(path))) if where.startswith("at the") else \
+        (lambda: wh.Warehouse(path=str(tmp_path / "warehouse.sqlite"), legacy_path=str(path)))
+    warehouse = make()
     assert warehouse.ingest(events("a", "b", "c")) == (1, 2)
     assert stored(warehouse) == [("a", "old"), ("b", "old"), ("c", "b1")]
-    assert warehouse.query("SELECT count(*) AS n FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY'"
-                           )["n"][0] == 0
+    assert (tmp_path / "warehouse.pre-lakehouse.duckdb").exists()  # kept, renamed, until someone deletes it
+    assert make().ingest(events("a", "d")) == (1, 1)  # moved in once: a second start does not copy it again
+    assert len(stored(make())) == 4
 
 
 def test_keys_are_computed_anew_when_the_hash_they_were_made_with_is_gone(tmp_path):
-    warehouse = wh.Warehouse(path=str(tmp_path / "w.duckdb"))
+    warehouse = wh.Warehouse(path=str(tmp_path / "w.sqlite"))
     warehouse.ingest(events("a", "b"))
-    with duckdb.connect(str(tmp_path / "w.duckdb")) as conn:  # as after a DuckDB upgrade that changed hash()
+    with warehouse.connect() as conn:  # as after a DuckDB upgrade that changed hash()
         conn.execute("UPDATE feedback_events SET id_key = 42")
         conn.execute("UPDATE warehouse_info SET value = 'a hash of another version' WHERE key = 'id_key_probe'")
     assert warehouse.ingest(events("a", "b", "c")) == (1, 2)

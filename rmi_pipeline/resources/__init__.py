@@ -21,7 +21,9 @@ def build_resources(settings: Settings) -> dict:
         "storage": ObjectStore(url=settings.resolved_storage_url, endpoint_url=settings.s3_endpoint_url),
         # sealed: only evaluation assets take it
         "eval_store": ObjectStore(url=settings.resolved_eval_url, endpoint_url=settings.s3_endpoint_url),
-        "warehouse": Warehouse(path=str(settings.resolved_warehouse_path),
+        "warehouse": Warehouse(path=str(settings.resolved_warehouse_path), catalog=settings.warehouse_catalog,
+                               data_url=settings.warehouse_data_url, s3_endpoint_url=settings.s3_endpoint_url,
+                               legacy_path=str(settings.resolved_home / "warehouse.duckdb"),
                                lock_timeout_seconds=settings.warehouse_lock_timeout_seconds),
         # the webhook is a secret: Dagster shows it as an environment variable, never its value
         "notifier": Notifier(webhook_url=EnvVar("RMI_ALERT_WEBHOOK_URL") if settings.alert_webhook_url else None,

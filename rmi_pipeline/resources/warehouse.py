@@ -1,4 +1,8 @@
-"""The feedback warehouse: one DuckDB file, idempotent on event_id, with the views a team queries.
+"""The feedback warehouse: a DuckLake table many writers share, idempotent on event_id, with the views a team queries.
+
+Where it lives: the catalog (which Parquet files make the table, snapshot by snapshot) in a SQLite file under
+RMI_HOME by default, or in PostgreSQL; the Parquet files in a folder beside it, or on s3://. Any number of processes
+(run pods) ingest and query at once; none needs a volume another one mounts.
 
 Views (all times in UTC):
     feedback_quality   events, thumbs-down rate and corrections per model version and skill
@@ -6,14 +10,22 @@ Views (all times in UTC):
     feedback_corrections  every correction with its prompt, the answer it replaced and where it came from
     failing_prompts    prompts ranked by thumbs-down, with their most recent correction
 
-Idempotence without a PRIMARY KEY: DuckDB reloads a key index from disk on every connection, so an insert took
-twice as long into 10M events as into 10k. Each event keeps `id_key` (a 64-bit hash of its event_id) instead; a
-batch scans that one narrow column for its keys, then compares the full event_id of the few hits, so a hash
-collision never drops an event and a batch costs about the same however large the warehouse grows.
+Idempotence without a PRIMARY KEY (DuckLake has none, and DuckDB reloaded a key index on every connection): each event
+keeps `id_key` (a 64-bit hash of its event_id); a batch scans that one narrow column for its keys, then compares the
+full event_id of the few hits, so a hash collision never drops an event and a batch costs about the same however
+large the warehouse grows.
+
+Exactly once with many writers: DuckLake commits optimistically and lets two appends to one table both commit, so
+two ingests that each look for their ids before inserting could both store one event (measured on PostgreSQL: 4
+writers with overlapping batches stored 22,000 rows for 5,500 events). Each ingest therefore also bumps the one row
+of `ingest_turn`: two ingests that overlap in time conflict there, the later commit fails, and it runs again against
+what the earlier one stored.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,15 +33,18 @@ from dagster import ConfigurableResource
 
 from ..schema import EVENT_COLUMNS
 
+SCHEMA_VERSION = "3"  # bump when SCHEMA changes: writers run it only when the stored version differs
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS feedback_events (
     {", ".join(f"{name} {kind}" for name, kind in EVENT_COLUMNS.items())},
-    ingested_at TIMESTAMPTZ DEFAULT current_timestamp
+    ingested_at TIMESTAMPTZ
 );
 -- warehouses created before tier (not in schema v1, filled from the recipe at ingest) gain the column here
 ALTER TABLE feedback_events ADD COLUMN IF NOT EXISTS tier INTEGER;
 ALTER TABLE feedback_events ADD COLUMN IF NOT EXISTS id_key UBIGINT;  -- hash(event_id): see the module docstring
 CREATE TABLE IF NOT EXISTS warehouse_info (key VARCHAR, value VARCHAR);
+CREATE TABLE IF NOT EXISTS ingest_turn (turn BIGINT);  -- one row each ingest bumps: see the module docstring
+INSERT INTO ingest_turn SELECT 0 WHERE NOT EXISTS (FROM ingest_turn);
 CREATE OR REPLACE VIEW feedback_quality AS
 SELECT model_version, skill,
        count(*) AS events,
@@ -59,53 +74,36 @@ ORDER BY thumbs_down DESC, thumbs_down_rate DESC, prompt;
 """
 VIEWS = ("feedback_quality", "feedback_daily", "feedback_corrections", "failing_prompts")
 KEY = "hash(event_id)"  # id_key of an event: 64 bits, so a batch scans 8 bytes per stored event, not its id
+PRE_LAKEHOUSE = ".pre-lakehouse.duckdb"  # what a DuckDB-file warehouse is renamed to once its events moved in
+# what another writer's commit, or the catalog's own lock, answers: worth another try, not an error
+RETRYABLE = ("transaction conflict", "database is locked", "maximum retry count", "could not serialize",
+             "deadlock detected")
+log = logging.getLogger(__name__)
 
 
 class Warehouse(ConfigurableResource):
-    path: str
-    lock_timeout_seconds: float = 300.0  # how long to wait for another process's writer lock
+    path: str  # the catalog's SQLite file, unless `catalog` is PostgreSQL
+    catalog: str | None = None  # "postgres:dbname=... host=... user=...": the password comes from PGPASSWORD
+    data_url: str | None = None  # where the Parquet files live: a folder or s3://bucket/prefix/; default beside path
+    s3_endpoint_url: str | None = None  # for an s3:// data_url on MinIO or a local S3; default AWS_ENDPOINT_URL_S3
+    legacy_path: str | None = None  # a DuckDB-file warehouse from before the lakehouse: its events move in once
+    lock_timeout_seconds: float = 300.0  # how long a writer retries commits that lost to another writer's
 
     @contextmanager
     def connect(self, read_only: bool = False):
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        if read_only and not Path(self.path).exists():
+        """A DuckDB connection with the lake attached as the default database: `feedback_events` and the views
+        resolve as before. Writers bring the lake up to this schema first (once per change, not per connection)."""
+        if read_only and not self._exists():
             read_only = False  # nothing to protect yet: create the empty warehouse
-        conn = self._open(read_only)
+        conn = self._retrying(lambda: self._open(read_only))
         try:
-            if not read_only:
-                _drop_primary_key(conn)
-                conn.execute(SCHEMA)
-                _refresh_keys(conn)
             yield conn
         finally:
             conn.close()
 
-    def _open(self, read_only: bool):
-        """A connection, once no other process holds the file: DuckDB allows one writing process at a time (and
-        no reader beside it), so concurrent ingests queue here, with backoff, for up to lock_timeout_seconds."""
-        import duckdb
-        from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
-
-        held = lambda exc: isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()  # noqa: E731
-        try:
-            for attempt in Retrying(retry=retry_if_exception(held), stop=stop_after_delay(self.lock_timeout_seconds),
-                                    wait=wait_exponential(multiplier=0.05, max=2.0), reraise=True):
-                with attempt:
-                    return duckdb.connect(self.path, read_only=read_only)
-        except duckdb.IOException as exc:
-            if "database file with version number" in str(exc):  # written by a newer DuckDB (say, before the pin)
-                raise RuntimeError(
-                    f"the warehouse {self.path} was written by a newer DuckDB than this one ({duckdb.__version__}), "
-                    "which cannot read it: `rmi run --fresh` starts the loop over, or EXPORT "
-                    "DATABASE with that DuckDB and IMPORT DATABASE here") from None
-            if not held(exc):
-                raise
-            raise TimeoutError(f"the warehouse {self.path} is held by another process for more than "
-                               f"{self.lock_timeout_seconds:.0f} s (RMI_WAREHOUSE_LOCK_TIMEOUT_SECONDS): "
-                               f"{str(exc).splitlines()[0]}") from None
-
     def migrate(self) -> None:
-        """Bring a warehouse file written by an older version up to this schema (new columns, the views)."""
+        """Bring a warehouse written by an older version up to this schema (new columns, the views), and move the
+        events of a DuckDB-file warehouse from before the lakehouse in."""
         with self.connect():
             pass
 
@@ -113,7 +111,8 @@ class Warehouse(ConfigurableResource):
         """Insert validated events (a polars frame with EVENT_COLUMNS) not already there; returns (ingested,
         duplicates).
 
-        An event_id repeated inside `events` counts once, like one already in the warehouse."""
+        An event_id repeated inside `events` counts once, like one already in the warehouse, or one that another
+        writer committed while this one ran."""
         import polars as pl
 
         if "tier" not in events.columns:  # validated before tiers existed
@@ -121,17 +120,19 @@ class Warehouse(ConfigurableResource):
         columns = ", ".join(EVENT_COLUMNS)
         with self.connect() as conn:
             conn.register("incoming", events.select(list(EVENT_COLUMNS)).to_arrow(compat_level=pl.CompatLevel.newest()))
-            conn.execute("BEGIN")
             conn.execute(f"CREATE TEMP TABLE batch AS SELECT {columns}, {KEY} AS id_key FROM incoming")
             # the stored keys this batch hits (one narrow column scanned), then the full ids behind those hits
-            conn.execute("CREATE TEMP TABLE hit AS SELECT DISTINCT id_key FROM feedback_events "
-                         "SEMI JOIN batch USING (id_key)")
-            conn.execute("CREATE TEMP TABLE seen AS SELECT event_id FROM feedback_events SEMI JOIN hit USING (id_key)")
-            ingested = conn.execute(
-                f"INSERT INTO feedback_events ({columns}, id_key) SELECT {columns}, id_key FROM batch "
-                "ANTI JOIN seen USING (event_id) QUALIFY row_number() OVER (PARTITION BY event_id) = 1"
-            ).fetchall()[0][0]
-            conn.execute("COMMIT")
+            insert = (f"INSERT INTO feedback_events ({columns}, id_key, ingested_at) "
+                      "WITH hit AS MATERIALIZED (SELECT DISTINCT id_key FROM feedback_events SEMI JOIN temp.batch "
+                      "USING (id_key)), seen AS MATERIALIZED (SELECT event_id FROM feedback_events SEMI JOIN hit "
+                      f"USING (id_key)) SELECT {columns}, id_key, current_timestamp FROM temp.batch "
+                      "ANTI JOIN seen USING (event_id) QUALIFY row_number() OVER (PARTITION BY event_id) = 1")
+
+            def commit() -> int:
+                return _transaction(conn, lambda: conn.execute(insert).fetchall()[0][0],
+                                    "UPDATE ingest_turn SET turn = turn + 1")  # conflicts with any ingest beside it
+
+            ingested = self._retrying(commit)
         return ingested, len(events) - ingested
 
     def query(self, sql: str, params: list | None = None):
@@ -139,31 +140,235 @@ class Warehouse(ConfigurableResource):
         with self.connect(read_only=True) as conn:
             return conn.sql(sql, params=params).pl() if params else conn.sql(sql).pl()
 
+    # where the lake is
 
-def _drop_primary_key(conn) -> None:
-    """A warehouse from before id_key has event_id as PRIMARY KEY: rebuilt once without it (DuckDB cannot drop
-    a constraint in place)."""
-    keyed = conn.execute("SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'feedback_events' "
-                         "AND constraint_type = 'PRIMARY KEY'").fetchall()[0][0]
-    if not keyed:
-        return
+    @property
+    def data_path(self) -> str:
+        if self.data_url:
+            url = self.data_url.removeprefix("file://")
+            return url if url.endswith("/") else url + "/"
+        return str(Path(self.path).with_suffix("")) + "_files/"
+
+    def attach_sql(self, read_only: bool = False) -> str:
+        """The statements that open the lake in any DuckDB 1.5.5 (the CLI too): the extensions from their PyPI
+        packages, by path, since INSTALL would download them; then ATTACH as `lake`. No secret is in them."""
+        loads = [f"LOAD '{extension_file(name)}';" for name in self._extensions()]
+        options = [f"DATA_PATH {_literal(self.data_path)}"] + (["READ_ONLY"] if read_only else [])
+        return "\n".join([*loads, f"ATTACH {_literal('ducklake:' + self._catalog)} AS lake ({', '.join(options)});",
+                          "USE lake;"])
+
+    @property
+    def _catalog(self) -> str:
+        if self.catalog and "password" in self.catalog.lower():
+            raise ValueError("RMI_WAREHOUSE_CATALOG holds a password: put it in PGPASSWORD (or ~/.pgpass), which "
+                             "libpq reads, so that it never shows in settings, the UI or a log")
+        return self.catalog or f"sqlite:{self.path}"
+
+    def _extensions(self) -> list[str]:
+        names = ["ducklake", "postgres_scanner" if self._catalog.startswith("postgres:") else "sqlite_scanner"]
+        return names + (["httpfs"] if self.data_path.startswith(("s3://", "http://", "https://")) else [])
+
+    def _exists(self) -> bool:
+        return self.catalog is not None or (Path(self.path).exists() and not _is_duckdb_file(Path(self.path)))
+
+    def _open(self, read_only: bool):
+        import duckdb
+
+        if not self.catalog:
+            _move_aside_if_duckdb(Path(self.path))
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        if "://" not in self.data_path:
+            Path(self.data_path).mkdir(parents=True, exist_ok=True)
+        conn = duckdb.connect()
+        try:
+            if self.data_path.startswith("s3://"):
+                _s3_secret(conn, self.s3_endpoint_url)
+            try:
+                conn.execute(self.attach_sql(read_only))
+            except duckdb.Error as exc:
+                if _retryable(exc):
+                    raise
+                where = self.catalog.split(" password")[0] if self.catalog else self.path
+                raise RuntimeError(f"cannot open the warehouse's catalog {where}: {str(exc).splitlines()[0]}") from None
+            if not read_only:
+                self._ensure_schema(conn)
+            return conn
+        except BaseException:
+            conn.close()
+            raise
+
+    def _ensure_schema(self, conn) -> None:
+        """Run SCHEMA, recompute the keys after a hash change, and move an older warehouse's events in, in one
+        transaction; only when something is out of date, so that writers side by side do not conflict over it."""
+        probe = conn.execute(f"SELECT ({KEY})::VARCHAR FROM (SELECT 'rmi-event-id' AS event_id)").fetchall()[0][0]
+        legacy = [p for p in (self.legacy_path, _aside(Path(self.path))) if p and Path(p).exists()]
+        tables = {r[0] for r in conn.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'lake'"
+                                             ).fetchall()}
+        info = dict(conn.execute("SELECT key, value FROM warehouse_info").fetchall()) if "warehouse_info" in tables \
+            else {}
+        legacy = [p for p in legacy if info.get(f"moved_in:{Path(p).resolve()}") is None]
+        if info.get("schema") == SCHEMA_VERSION and info.get("id_key_probe") == probe and not legacy:
+            return
+
+        def changes() -> None:
+            conn.execute(SCHEMA)
+            if info.get("id_key_probe") != probe:  # DuckDB's hash may change between versions
+                conn.execute(f"UPDATE feedback_events SET id_key = {KEY}")
+            for i, old in enumerate(legacy):
+                moved = _move_in(conn, f"pre_lakehouse{i}")
+                conn.execute("INSERT INTO warehouse_info VALUES (?, ?)", [f"moved_in:{Path(old).resolve()}",
+                                                                          str(moved)])
+            conn.execute("DELETE FROM warehouse_info WHERE key IN ('schema', 'id_key_probe')")
+            conn.execute("INSERT INTO warehouse_info VALUES ('schema', ?), ('id_key_probe', ?)",
+                         [SCHEMA_VERSION, probe])
+
+        for i, old in enumerate(legacy):  # attached outside the transaction: DuckDB detaches only outside one
+            _attach_old(conn, old, f"pre_lakehouse{i}")
+        try:
+            _transaction(conn, changes)
+        finally:
+            for i in range(len(legacy)):
+                conn.execute(f"DETACH pre_lakehouse{i}")
+        for old in legacy:
+            if old == self.legacy_path:
+                os.replace(old, _aside(Path(old)))
+            log.warning("rmi: the DuckDB-file warehouse %s moved into the lakehouse warehouse (catalog %s); the old "
+                        "file stays as %s until you delete it", old, self.catalog and "PostgreSQL" or self.path,
+                        _aside(Path(old)) if old == self.legacy_path else old)
+
+    def _retrying(self, fn):
+        """fn(), again after a commit that lost to another writer's or a catalog that was locked, with jittered
+        backoff, for up to lock_timeout_seconds."""
+        import duckdb
+        from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
+
+        try:
+            for attempt in Retrying(retry=retry_if_exception(_retryable), reraise=True,
+                                    stop=stop_after_delay(self.lock_timeout_seconds),
+                                    wait=wait_random_exponential(multiplier=0.05, max=2.0)):
+                with attempt:
+                    return fn()
+        except duckdb.Error as exc:
+            if not _retryable(exc):
+                raise
+            raise TimeoutError(f"the warehouse's commits kept conflicting with other writers' for more than "
+                               f"{self.lock_timeout_seconds:.0f} s (RMI_WAREHOUSE_LOCK_TIMEOUT_SECONDS): "
+                               f"{str(exc).splitlines()[0]}") from None
+
+
+def extension_file(name: str) -> str:
+    """The file of a DuckDB extension from its PyPI package (duckdb-extension-<name>), built for this DuckDB."""
+    import importlib.resources
+
+    import duckdb
+
+    package = f"duckdb-extension-{name.replace('_', '-')}"
+    try:
+        root = importlib.resources.files(f"duckdb_extension_{name}")
+    except ModuleNotFoundError:
+        raise RuntimeError(f"the DuckDB extension {name} is not installed: pip install -c constraints.txt "
+                           f"'{package}=={duckdb.__version__}'") from None
+    path = root / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
+    if not path.is_file():
+        raise RuntimeError(f"{package} is not built for DuckDB {duckdb.__version__}: install the same version")
+    return str(path)
+
+
+def _transaction(conn, work, *also: str):
+    """work() and the statements `also` in one transaction, rolled back if any part fails."""
     conn.execute("BEGIN")
-    conn.execute("CREATE TABLE feedback_events_rebuilt AS SELECT * FROM feedback_events")
-    conn.execute("DROP TABLE feedback_events CASCADE")
-    conn.execute("ALTER TABLE feedback_events_rebuilt RENAME TO feedback_events")
-    conn.execute("COMMIT")
+    try:
+        result = work()
+        for sql in also:
+            conn.execute(sql)
+        conn.execute("COMMIT")  # a commit that fails has rolled back already
+        return result
+    except BaseException:
+        try:
+            conn.execute("ROLLBACK")
+        except Exception:  # noqa: BLE001 - nothing left to roll back
+            pass
+        raise
 
 
-def _refresh_keys(conn) -> None:
-    """Stored keys follow the running DuckDB's hash: computed for a warehouse that has none yet, and anew after
-    an upgrade that changed the hash."""
-    stored = conn.execute("SELECT value FROM warehouse_info WHERE key = 'id_key_probe'").fetchall()
-    # DuckDB's hash may change between versions: a probe value tells whether the stored keys still match
-    current = conn.execute(f"SELECT ({KEY})::VARCHAR FROM (SELECT 'rmi-event-id' AS event_id)").fetchall()[0][0]
-    if stored and stored[0][0] == current:
-        return
-    conn.execute("BEGIN")
-    conn.execute(f"UPDATE feedback_events SET id_key = {KEY}")
-    conn.execute("DELETE FROM warehouse_info WHERE key = 'id_key_probe'")
-    conn.execute("INSERT INTO warehouse_info VALUES ('id_key_probe', ?)", [current])
-    conn.execute("COMMIT")
+def _retryable(exc: BaseException) -> bool:
+    import duckdb
+
+    return isinstance(exc, duckdb.Error) and any(s in str(exc).lower() for s in RETRYABLE)
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _is_duckdb_file(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(12)[8:12] == b"DUCK"
+
+
+def _aside(path: Path) -> str:
+    return str(path.with_suffix("")) + PRE_LAKEHOUSE
+
+
+def _move_aside_if_duckdb(path: Path) -> None:
+    """A DuckDB-file warehouse where the catalog belongs (RMI_WAREHOUSE_PATH set before the lakehouse) makes room:
+    it is renamed, and its events move in as the lake is created."""
+    if path.exists() and _is_duckdb_file(path):
+        try:
+            os.replace(path, _aside(path))
+        except FileNotFoundError:  # another process moved it first
+            pass
+
+
+def _attach_old(conn, old: str, name: str) -> None:
+    import duckdb
+
+    try:
+        conn.execute(f"ATTACH {_literal(old)} AS {name} (READ_ONLY)")
+    except duckdb.IOException as exc:
+        if "database file with version number" in str(exc):  # written by a newer DuckDB (say, before the pin)
+            raise RuntimeError(
+                f"the warehouse {old} was written by a newer DuckDB than this one ({duckdb.__version__}), which "
+                "cannot read it: `rmi run --fresh` starts the loop over, or EXPORT DATABASE with that DuckDB and "
+                "IMPORT DATABASE into a file this one reads") from None
+        raise
+
+
+def _move_in(conn, name: str) -> int:
+    """Copy the events of an attached DuckDB-file warehouse into the lake (its schema may predate tier and
+    id_key)."""
+    have = {r[0] for r in conn.execute("SELECT column_name FROM duckdb_columns() WHERE database_name = ? "
+                                       "AND table_name = 'feedback_events'", [name]).fetchall()}
+    if not have:
+        return 0
+    names = [*EVENT_COLUMNS, "ingested_at"]
+    select = ", ".join(n if n in have else f"NULL AS {n}" for n in names)
+    return conn.execute(f"INSERT INTO feedback_events ({', '.join(names)}, id_key) SELECT *, {KEY} FROM "
+                        f"(SELECT DISTINCT ON (event_id) {select} FROM {name}.feedback_events "
+                        "ANTI JOIN feedback_events USING (event_id))").fetchall()[0][0]
+
+
+def _s3_secret(conn, endpoint_url: str | None) -> None:
+    """DuckDB's S3 credentials from the same AWS_* variables s3fs reads (never from settings or Dagster config)."""
+    from urllib.parse import urlsplit
+
+    import duckdb
+
+    key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if not (key and secret):
+        raise RuntimeError("the warehouse's data files are on s3:// and DuckDB reads S3 credentials from "
+                           "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN): set them")
+    options = {"KEY_ID": key, "SECRET": secret,
+               "REGION": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"}
+    if os.environ.get("AWS_SESSION_TOKEN"):
+        options["SESSION_TOKEN"] = os.environ["AWS_SESSION_TOKEN"]
+    endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        parts = urlsplit(endpoint)
+        options |= {"ENDPOINT": parts.netloc, "USE_SSL": str(parts.scheme == "https").lower(), "URL_STYLE": "path"}
+    conn.execute(f"LOAD '{extension_file('httpfs')}'")
+    sql = ", ".join(f"{k} {v if v in ('true', 'false') else _literal(v)}" for k, v in options.items())
+    try:
+        conn.execute(f"CREATE SECRET rmi_warehouse_s3 (TYPE s3, {sql})")
+    except duckdb.Error:
+        raise RuntimeError("DuckDB refused the S3 credentials from AWS_* for the warehouse") from None
