@@ -32,8 +32,11 @@ def test_the_loop_wrote_its_learning_curve_and_summary_and_its_tables_fit_120_co
 
 
 def test_the_duckdb_cli_installed_with_the_project_opens_the_warehouse_and_its_views(loop_home):
+    from rmi_pipeline.resources.warehouse import Warehouse
+
     duckdb = Path(sys.executable).parent / "duckdb"
-    out = subprocess.run([str(duckdb), "-readonly", "-csv", "-noheader", str(loop_home["home"] / "warehouse.duckdb"),
+    attach = Warehouse(path=str(loop_home["home"] / "warehouse.sqlite")).attach_sql(read_only=True)
+    out = subprocess.run([str(duckdb), "-csv", "-noheader", "-cmd", attach,
                           "-c", "SELECT count(*) FROM feedback_events; SELECT count(*) FROM feedback_quality;"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

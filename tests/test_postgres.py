@@ -1,6 +1,7 @@
 """The production profile runs a cycle: Dagster on PostgreSQL (deploy/dagster.yaml, local runs instead of
-Kubernetes Jobs), MLflow as a tracking server on PostgreSQL with its artifacts on S3, and the loop's feedback,
-datasets and evals on S3. Every server is real and local: Debian's PostgreSQL, moto's S3, `mlflow server`."""
+Kubernetes Jobs), MLflow as a tracking server on PostgreSQL with its artifacts on S3, the loop's feedback,
+datasets and evals on S3, and the warehouse a DuckLake table, its catalog in PostgreSQL and its Parquet on S3.
+Every server is real and local: Debian's PostgreSQL, moto's S3, `mlflow server`."""
 
 import json
 import os
@@ -27,7 +28,7 @@ def production(tmp_path_factory):
     import boto3
 
     tmp = tmp_path_factory.mktemp("prod")
-    with postgres_server(["dagster", "mlflow"]) as pg, s3_server() as s3, pytest.MonkeyPatch.context() as mp:
+    with postgres_server(["dagster", "mlflow", "lake"]) as pg, s3_server() as s3, pytest.MonkeyPatch.context() as mp:
         aws = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
                "AWS_ENDPOINT_URL_S3": s3}  # botocore's own variable: s3fs, MLflow and Dagster's S3 all honour it
         for key, value in aws.items():
@@ -52,7 +53,9 @@ def production(tmp_path_factory):
                    "RMI_EVAL_URL": f"s3://{BUCKETS[1]}/sealed",
                    "DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": str(pg["port"]), "DAGSTER_PG_USER": pg["user"],
                    "DAGSTER_PG_PASSWORD": pg["password"], "DAGSTER_PG_DB": "dagster",
-                   "DAGSTER_COMPUTE_LOGS_BUCKET": BUCKETS[3]}
+                   "DAGSTER_COMPUTE_LOGS_BUCKET": BUCKETS[3],
+                   "RMI_WAREHOUSE_CATALOG": f"postgres:dbname=lake host=127.0.0.1 port={pg['port']} user={pg['user']}",
+                   "PGPASSWORD": pg["password"], "RMI_WAREHOUSE_DATA_URL": f"s3://{BUCKETS[0]}/warehouse/"}
             for key, value in env.items():
                 mp.setenv(key, value)
             code = main(["run", "--cycles", "1", "--fresh"])
@@ -106,3 +109,23 @@ def test_feedback_datasets_and_evals_live_on_s3(production):
     assert any(k.endswith("train.parquet") for k in keys(BUCKETS[0], "loop/datasets/"))
     assert keys(BUCKETS[1], "sealed/anchor/suite.json") and not keys(BUCKETS[0], "loop/anchor/")
     assert not (production["home"] / "store").exists() and not (production["home"] / "evals").exists()
+
+
+def test_the_warehouse_is_a_lakehouse_table_in_postgresql_and_s3(production):
+    """Every run pod reaches it without a shared volume: the catalog in PostgreSQL, the rows in Parquet on S3."""
+    from rmi_pipeline.resources import build_resources
+    from rmi_pipeline.settings import Settings
+
+    with production["pg"]["connect"]("lake") as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM ducklake_data_file")
+        files = cur.fetchone()[0]
+        cur.execute("SELECT value FROM ducklake_metadata WHERE key = 'data_path'")
+        data_path = cur.fetchone()[0]
+    keys = [o["Key"] for o in production["s3"].list_objects_v2(Bucket=BUCKETS[0], Prefix="warehouse/")
+            .get("Contents", [])]
+    assert data_path == f"s3://{BUCKETS[0]}/warehouse/"
+    assert files and sum(k.endswith(".parquet") for k in keys) >= files
+    ingested = sum(r["ingest"].get("ingested", 0) for r in production["summary"])
+    warehouse = build_resources(Settings())["warehouse"]
+    assert warehouse.query("SELECT count(*) AS n FROM feedback_events")["n"][0] == ingested > 0
+    assert not list(production["home"].glob("warehouse*"))  # nothing of it under RMI_HOME

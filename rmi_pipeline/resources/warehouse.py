@@ -188,6 +188,9 @@ class Warehouse(ConfigurableResource):
             except duckdb.Error as exc:
                 if _retryable(exc):
                     raise
+                if read_only and "creating a new DuckLake is explicitly disabled" in str(exc):
+                    conn.close()  # a catalog database with no lake in it yet: a writer creates the empty one
+                    return self._open(read_only=False)
                 where = self.catalog.split(" password")[0] if self.catalog else self.path
                 raise RuntimeError(f"cannot open the warehouse's catalog {where}: {str(exc).splitlines()[0]}") from None
             if not read_only:
