@@ -54,13 +54,14 @@ class ParsedBatch:
 
 
 def parse_batch(name: str, data: bytes, batch_id: str | None, max_text_chars: int,
-                cache_dir: Path | None = None) -> ParsedBatch:
+                cache_dir: Path | None = None, by_row: bool = False) -> ParsedBatch:
     """Every non-blank line (or Parquet row) comes out once: as an event, a duplicate or quarantined.
 
-    `cache_dir` keeps the suite's compiled rules between processes (see expectations.compiled_rules)."""
+    `cache_dir` keeps the suite's compiled rules between processes (see expectations.compiled_rules); `by_row`
+    reads JSON lines with the reference path alone (see read_rows)."""
     from .expectations import check
 
-    rows = read_rows(name, data)
+    rows = read_rows(name, data, by_row)
     out = ParsedBatch(frame=event_frame([]), quarantined=list(rows.unparsed), unparsed=len(rows.unparsed))
     if rows.table.num_rows:
         checked = check(rows.table, batch_id, max_text_chars, cache_dir)
@@ -81,8 +82,11 @@ def validate(record: dict, max_text_chars: int) -> tuple[dict | None, str | None
     return parsed.events[0], None
 
 
-def read_rows(name: str, data: bytes) -> Rows:
-    """A zero-byte file has no rows, whatever its format; an unreadable one is one quarantined row."""
+def read_rows(name: str, data: bytes, by_row: bool = False) -> Rows:
+    """A zero-byte file has no rows, whatever its format; an unreadable one is one quarantined row.
+
+    JSON lines are read in bulk (jsonl.py) with the odd lines row by row; `by_row` reads every line row by row,
+    the reference the bulk route must agree with exactly (tests/test_schema_bulk.py)."""
     if not data:
         return Rows(_table({}, 0))
     if name.endswith(".parquet"):
@@ -92,15 +96,38 @@ def read_rows(name: str, data: bytes) -> Rows:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:
             return Rows(_table({}, 0), [{"row": 1, "reason": f"unreadable gzip: {exc}"}])
-    return _jsonl_rows(data)
+    return _jsonl_rows_by_row(data) if by_row else _jsonl_rows(data)
 
 
 def _jsonl_rows(data: bytes) -> Rows:
+    """The plain lines through DuckDB, the others through _line_rows: the rows and reasons of the reference."""
     import pyarrow as pa
 
+    from .jsonl import plain_rows, split_lines
+
+    lines = split_lines(data.removeprefix(BOM))
+    table, odd = plain_rows(lines)
+    unparsed = []
+    if len(odd):
+        rest = _line_rows([lines.line(row) for row in odd.tolist()], odd.tolist(), unparsed)
+        if rest.num_rows:
+            table = pa.concat_tables([table, rest]).sort_by("row")
+    return Rows(table, unparsed, lambda row: lines.line(row).decode("utf-8", "replace"))
+
+
+def _jsonl_rows_by_row(data: bytes) -> Rows:
     lines = [line for line in data.removeprefix(BOM).split(b"\n") if line.strip()]
-    unparsed, chunks, records, numbers = [], [], [], []
-    for row, line in enumerate(lines, start=1):
+    unparsed = []
+    table = _line_rows(lines, range(1, len(lines) + 1), unparsed)
+    return Rows(table, unparsed, lambda row: lines[row - 1].decode("utf-8", "replace"))
+
+
+def _line_rows(lines: list[bytes], numbers, unparsed: list[dict]):
+    """Each line through Python's JSON parser, its staging row or why it has none (into `unparsed`)."""
+    import pyarrow as pa
+
+    chunks, records, kept = [], [], []
+    for row, line in zip(numbers, lines, strict=True):
         try:
             record = _DECODER.decode(line.decode("utf-8"))
         except UnicodeDecodeError:
@@ -119,12 +146,12 @@ def _jsonl_rows(data: bytes) -> Rows:
             unparsed.append({"row": row, "reason": reason})
             continue
         records.append(record)
-        numbers.append(row)
+        kept.append(row)
         if len(records) == CHUNK:
-            chunks.append(_record_table(records, numbers, unparsed))
-            records, numbers = [], []
-    chunks.append(_record_table(records, numbers, unparsed))
-    return Rows(pa.concat_tables(chunks), unparsed, lambda row: lines[row - 1].decode("utf-8", "replace"))
+            chunks.append(_record_table(records, kept, unparsed))
+            records, kept = [], []
+    chunks.append(_record_table(records, kept, unparsed))
+    return pa.concat_tables(chunks)
 
 
 def _parquet_rows(data: bytes) -> Rows:
@@ -187,11 +214,18 @@ def _record_table(records: list[dict], numbers: list[int], unparsed: list[dict])
     return _table(columns, len(kept))
 
 
-def _table(columns: dict, n: int):
+def staging_schema():
+    """The staging columns as Arrow types, whichever route built the rows."""
     import pyarrow as pa
 
     types = {"BIGINT": pa.int64(), "VARCHAR": pa.string(), "TIMESTAMPTZ": pa.timestamp("us", tz="UTC")}
-    schema = pa.schema([(name, types[kind]) for name, kind in STAGING.items()])
+    return pa.schema([(name, types[kind]) for name, kind in STAGING.items()])
+
+
+def _table(columns: dict, n: int):
+    import pyarrow as pa
+
+    schema = staging_schema()
     return pa.table({name: pa.array(columns.get(name, [None] * n), type=schema.field(name).type)
                      for name in schema.names}, schema=schema)
 
