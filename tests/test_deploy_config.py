@@ -44,7 +44,7 @@ def test_the_production_instance_is_postgres_kubernetes_and_s3_from_the_environm
     assert parts["run_launcher_data"][1]["job_namespace"] == "rmi"
     assert parts["compute_logs_data"][1]["bucket"] == "rmi-dagster-logs"
     assert "not-in-the-file" not in DEPLOY_YAML.read_text()
-    assert instance_ref.settings["concurrency"]["runs"]["max_concurrent_runs"] == 1
+    assert instance_ref.settings["concurrency"]["runs"]["max_concurrent_runs"] == 4  # ingests side by side
     assert instance_ref.settings["telemetry"]["enabled"] is False
 
 

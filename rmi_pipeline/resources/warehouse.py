@@ -375,3 +375,10 @@ def _s3_secret(conn, endpoint_url: str | None) -> None:
         conn.execute(f"CREATE SECRET rmi_warehouse_s3 (TYPE s3, {sql})")
     except duckdb.Error:
         raise RuntimeError("DuckDB refused the S3 credentials from AWS_* for the warehouse") from None
+
+
+if __name__ == "__main__":  # `duckdb -cmd "$(python -m rmi_pipeline.resources.warehouse)"`: the lake in the CLI
+    from rmi_pipeline.resources import build_resources
+    from rmi_pipeline.settings import Settings
+
+    print(build_resources(Settings())["warehouse"].attach_sql(read_only=True))
