@@ -6,11 +6,14 @@
 Part 1 times, on the same 1M synthetic events (arithmetic feedback, 0.2% bad rows, 0.1% repeated ids, and in the
 JSON lines 0.05% garbled lines), side by side in one process:
   raw, memory      CREATE TABLE AS SELECT * FROM read_parquet / read_json, in an in-memory DuckDB
-  validated, memory   schema.parse_batch: parse, the GX suite, quarantine reasons, the valid events (in memory)
+  validated, memory   schema.parse_batch: parse, the GX suite, quarantine reasons, the valid events (in memory);
+                   JSON lines in bulk (schema/jsonl.py: DuckDB decodes the plain lines, Python the odd ones)
   raw, file        the same raw copy into a DuckDB file, closed (written to disk)
   end to end       what the two ingest assets do (check_batch + land_batch): parse, the suite, the recipe's
                    slices, validated Parquet + quarantine written to the object store, dedupe into the warehouse
 The one-time cost of a process (GX import and compiling the suite to SQL) is paid in a warm-up and printed apart.
+Then the JSON lines of --reference events (default 100k) through both routes beside their raw copy: the bulk route
+and the row-by-row reference it must agree with (too slow to time at 1M), and a check that both gave the same.
 
 Part 2 times one batch (--batch events as Parquet, through check_batch + land_batch) with the warehouse at 10k,
 100k, 1M and 10M events (--largest caps it). The warehouse is grown with pre-built valid events, not timed.
@@ -166,6 +169,25 @@ def part1(pipe: Pipeline, n: int, reps: int, folder: Path) -> None:
     print("ratio = raw seconds / validated seconds; 'ratio w/o' leaves out the recipe's slices (tier per prompt)")
 
 
+def jsonl_routes(pipe: Pipeline, n: int, reps: int, folder: Path) -> None:
+    """The JSON lines routes side by side on one smaller file: bulk, row by row, and the raw read_json copy."""
+    from rmi_pipeline.schema import parse_batch
+
+    small = folder / "reference"
+    small.mkdir(exist_ok=True)
+    data = write_batches(synth(n, seed=2), small)["batch.jsonl"]
+    path, chars = small / "batch.jsonl", pipe.settings.max_text_chars
+    raw = median_of(reps, lambda: raw_copy(path, ":memory:"))
+    bulk = median_of(reps, lambda: _timed(lambda: parse_batch("b.jsonl", path.read_bytes(), "b", chars)))
+    by_row = median_of(reps, lambda: _timed(lambda: parse_batch("b.jsonl", path.read_bytes(), "b", chars,
+                                                                by_row=True)))
+    a, b = parse_batch("b.jsonl", data, "b", chars), parse_batch("b.jsonl", data, "b", chars, by_row=True)
+    same = a.frame.equals(b.frame) and a.quarantined == b.quarantined and a.duplicates == b.duplicates
+    print(f"\nJSON lines, {n:,} events, median of {reps}: raw read_json {raw:.2f} s | bulk {bulk:.2f} s, "
+          f"ratio {raw / bulk:.2f} | row by row {by_row:.2f} s, ratio {raw / by_row:.2f} | bulk "
+          f"{by_row / bulk:.1f}x faster; same events and quarantine: {same}")
+
+
 def part2(pipe: Pipeline, batch: int, largest: int, reps: int, folder: Path) -> None:
     from rmi_pipeline.schema import EVENT_COLUMNS
 
@@ -214,6 +236,8 @@ def _timed(fn, *args) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000, help="events per batch in part 1 (0: skip)")
+    parser.add_argument("--reference", type=int, default=100_000,
+                        help="events in the JSON lines file timed through both routes (0: skip)")
     parser.add_argument("--batch", type=int, default=100_000, help="events per batch in part 2")
     parser.add_argument("--largest", type=int, default=10_000_000, help="largest warehouse in part 2 (0: skip)")
     parser.add_argument("--reps", type=int, default=3, help="runs per figure (the median is printed)")
@@ -228,6 +252,8 @@ def main() -> None:
               f"{time.perf_counter() - start:.1f} s")
         if args.events:
             part1(pipe, args.events, args.reps, folder)
+        if args.reference:
+            jsonl_routes(pipe, args.reference, args.reps, folder)
         if args.largest:
             part2(pipe, args.batch, args.largest, args.reps, folder)
 
