@@ -56,3 +56,18 @@ def test_keys_are_computed_anew_when_the_hash_they_were_made_with_is_gone(tmp_pa
         conn.execute("UPDATE warehouse_info SET value = 'a hash of another version' WHERE key = 'id_key_probe'")
     assert warehouse.ingest(events("a", "b", "c")) == (1, 2)
     assert len(stored(warehouse)) == 3
+
+
+def test_a_home_copied_or_moved_elsewhere_keeps_its_warehouse(tmp_path):
+    """The lake's Parquet files beside its catalog move with it: RMI_HOME restored from a backup, or copied to try
+    something, still opens, with every event, and dedupes against them."""
+    import shutil
+
+    first = wh.Warehouse(path=str(tmp_path / "home" / "warehouse.sqlite"))
+    first.ingest(events(*(f"e{i}" for i in range(3000))))  # past DuckLake's inlining: Parquet files on disk
+    assert list((tmp_path / "home").rglob("*.parquet"))
+    shutil.copytree(tmp_path / "home", tmp_path / "copy")
+    shutil.rmtree(tmp_path / "home")
+    moved = wh.Warehouse(path=str(tmp_path / "copy" / "warehouse.sqlite"))
+    assert moved.ingest(events("e0", "new", batch="b2")) == (1, 1)
+    assert len(stored(moved)) == 3001

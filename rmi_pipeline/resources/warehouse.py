@@ -154,6 +154,8 @@ class Warehouse(ConfigurableResource):
         packages, by path, since INSTALL would download them; then ATTACH as `lake`. No secret is in them."""
         loads = [f"LOAD '{extension_file(name)}';" for name in self._extensions()]
         options = [f"DATA_PATH {_literal(self.data_path)}"] + (["READ_ONLY"] if read_only else [])
+        if not self.data_url:  # the files beside the catalog move with it (a copied or moved RMI_HOME)
+            options.append("OVERRIDE_DATA_PATH true")
         return "\n".join([*loads, f"ATTACH {_literal('ducklake:' + self._catalog)} AS lake ({', '.join(options)});",
                           "USE lake;"])
 
