@@ -46,6 +46,45 @@ def check_tasks(recipe: Recipe) -> None:
     assert recipe.is_valid_prompt(recipe.example_prompt())
 
 
+def odd_texts(recipe: Recipe, n: int = 2000) -> list[str | None]:
+    """Prompts and answers of every slice, the same mangled (spaces, newlines, other scripts' digits, doubled or
+    cut), random characters of the recipe's own alphabet, and nothing at all."""
+    rng = random.Random(4)
+    tasks = recipe.sample_tasks(rng, n // 4, list(recipe.skills), list(recipe.tiers))
+    texts: list[str | None] = [t.prompt for t in tasks] + [t.answer for t in tasks] + [None, "", " ", "\n"]
+    alphabet = sorted({c for t in texts if t for c in t} | set(" \n٣３x"))
+    for text in [t for t in texts if t][: n // 4]:
+        cut = rng.randrange(len(text) + 1)
+        texts += [text + "\n", " " + text, text[:cut], text[:cut] + rng.choice(alphabet) + text[cut:], text + text,
+                  text.replace("1", "٣")]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) for _ in range(n // 4)]
+    return texts
+
+
+def check_batch_forms(recipe: Recipe) -> None:
+    """The batch forms (valid_prompts, valid_completions, canonicals, slices) give the per-row functions' answers
+    on every row: ingest, the dataset and the eval hygiene run them, and a disagreement would let an eval item into
+    training or file feedback under the wrong slice."""
+    import polars as pl
+
+    from rmi_pipeline.ml.hygiene import canonical_hashes
+
+    texts = odd_texts(recipe)
+    column = pl.col("text")
+    got = pl.DataFrame({"text": texts}, schema={"text": pl.String}).select(
+        valid=recipe.valid_prompts(column), answer=recipe.valid_completions(column),
+        canonical=recipe.canonicals(column), slice=recipe.slices(column))
+    for text, valid, answer, canonical, slice_ in zip(texts, *got.get_columns(), strict=True):
+        ok = text is not None and recipe.is_valid_prompt(text)
+        assert valid == ok, f"valid_prompts says {valid} of {text!r}, is_valid_prompt {ok}"
+        assert answer == (text is not None and recipe.is_valid_completion(text)), f"valid_completions of {text!r}"
+        assert canonical == (recipe.canonical(text) if ok else None), f"canonicals of {text!r}: {canonical!r}"
+        want = dict(zip(("skill", "tier"), recipe.slice_of(text), strict=True)) if ok else None
+        assert slice_ == want, f"slices of {text!r}: {slice_} against slice_of's {want}"
+    hashes = canonical_hashes(got["canonical"]).to_list()
+    assert hashes == [recipe.prompt_hash(t) if v else None for t, v in zip(texts, got["valid"], strict=True)]
+
+
 def check_rows(recipe: Recipe, module) -> None:
     tasks = recipe.sample_tasks(random.Random(2), 8, list(recipe.skills), list(recipe.tiers))
     tokens, mask = recipe.encode(module, [t.prompt for t in tasks], [t.answer for t in tasks])

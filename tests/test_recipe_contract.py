@@ -22,6 +22,10 @@ def test_tasks_slices_and_the_verifier(recipe_and_model):
     contract.check_tasks(recipe_and_model[0])
 
 
+def test_batch_forms_agree_with_the_per_row_functions(recipe_and_model):
+    contract.check_batch_forms(recipe_and_model[0])
+
+
 def test_training_rows(recipe_and_model):
     contract.check_rows(*recipe_and_model)
 

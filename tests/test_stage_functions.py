@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rmi_pipeline.ml.hygiene import is_mined_holdout
-from rmi_pipeline.ml.mix import EARLIER_PRACTICE, mix_sources, weigh
+from rmi_pipeline.ml.mix import EARLIER_PRACTICE, in_mix, mix_sources, weights
 from rmi_pipeline.ml.practice import retry_prompts
 from rmi_pipeline.ml.scoring import Scored, eval_tasks, top_tier
 from rmi_pipeline.ml.seeding import turn_seed
@@ -27,13 +27,15 @@ def test_each_row_gets_its_source_in_the_mix_and_each_source_its_share_of_every_
     assert mixed["mix"].to_list() == ["feedback", "corrections", "replay", "replay", "replay", "replay", "practice",
                                       "rl"]
     shares = {"feedback": 0.2, "corrections": 0.2, "replay": 0.4, "practice": 0.2, "rl": 0.0}
-    weighted, sizes = weigh(mixed, shares)
+    kept = mixed.filter(in_mix(shares))
+    sizes = dict(kept.group_by("mix").len().iter_rows())
     assert sizes == {"feedback": 1, "corrections": 1, "replay": 4, "practice": 1}  # rl has no share: no rows
+    weighted = kept.with_columns(weight=pl.col("mix").replace_strict(weights(sizes, shares)))
     total = weighted.group_by("mix").agg(pl.col("weight").sum())
     assert dict(total.iter_rows()) == pytest.approx({"feedback": 0.2, "corrections": 0.2, "replay": 0.4,
                                                      "practice": 0.2})
     with pytest.raises(ValueError, match="leaves no rows"):
-        weigh(mixed, {"self_label": 1.0, "feedback": 0.0})  # no row of a source with a share
+        weights({}, {"self_label": 1.0, "feedback": 0.0})  # no row of a source with a share
 
 
 def test_slices_pool_anchor_and_refreshed_and_the_leak_pairs_compare_seen_with_unseen():

@@ -86,7 +86,7 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
     then publishes what training may know (evals/manifest.json): item hashes, slice sizes and the canary string,
     never the items."""
     from ..ml.curriculum import problems_at
-    from ..ml.hygiene import is_mined_holdout, ngram_hashes
+    from ..ml.hygiene import ngram_hashes
     from ..recipes.base import load_recipe
 
     recipe = load_recipe(settings.recipe)
@@ -109,21 +109,7 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
         rng, problems_at(settings.refreshed_items_per_slice, t), {k: [t] if k == s else [] for k in recipe.skills})]
     eval_store.write_json(layout.refreshed(stamp), {"version": stamp, "items": refreshed})
 
-    hard = warehouse.query("SELECT prompt, correction FROM feedback_events WHERE rating = 'down' AND "
-                           "correction IS NOT NULL ORDER BY ts DESC, event_id")
-    mined, seen, per_skill = [], set(), Counter()
-    for prompt, answer in hard.iter_rows():
-        if not (recipe.is_valid_prompt(prompt) and recipe.is_valid_completion(answer)):
-            continue
-        digest = recipe.prompt_hash(prompt)
-        # users can be wrong: only corrections the recipe's verifier accepts become eval items
-        if digest in seen or not is_mined_holdout(digest, settings.mined_share) or recipe.verify(prompt, answer)[0] < 1:
-            continue
-        skill, tier = recipe.slice_of(prompt)
-        if per_skill[skill] < MINED_PER_SKILL:
-            per_skill[skill] += 1
-            seen.add(digest)
-            mined.append({"prompt": prompt, "answer": answer, "skill": skill, "tier": tier})
+    mined = _mined(recipe, warehouse, settings.mined_share)
     eval_store.write_json(layout.mined(stamp), {"version": stamp, "items": mined})
 
     counts: dict[tuple[str, int], int] = {}
@@ -165,3 +151,34 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
         "private_slices": len(private), "sealed_hashes": len(manifest["hashes"]),
         "excluded_slices": ", ".join(slice_name(s["skill"], s["tier"]) for s in slices if not s["private"]) or "none",
     })
+
+
+def _mined(recipe, warehouse: Warehouse, share: float) -> list[dict]:
+    """Users' corrected hard cases on the held-out side of the split (by hash), newest first, up to MINED_PER_SKILL
+    per skill: read a chunk at a time until every skill has its share, checked in bulk with the recipe's batch
+    forms; only the few candidates go through the verifier (users can be wrong: only corrections it accepts
+    become eval items)."""
+    import polars as pl
+
+    from ..ml.hygiene import canonical_hashes, mined_holdout
+    
+    mined, seen, per_skill = [], set(), Counter()
+    corrections = warehouse.stream("SELECT prompt, correction FROM feedback_events WHERE rating = 'down' AND "
+                                   "correction IS NOT NULL ORDER BY ts DESC, event_id")
+    for chunk in corrections:
+        usable = chunk.filter(recipe.valid_prompts(pl.col("prompt")) & recipe.valid_completions(pl.col("correction")))
+        usable = usable.with_columns(digest=canonical_hashes(usable.select(recipe.canonicals(pl.col("prompt")))
+                                                          .to_series()))
+        held = usable.filter(mined_holdout(pl.col("digest"), share)).with_columns(
+            slice=recipe.slices(pl.col("prompt")))
+        for prompt, answer, digest, slice_ in held.iter_rows():
+            skill = slice_["skill"]
+            if digest in seen or per_skill[skill] >= MINED_PER_SKILL or recipe.verify(prompt, answer)[0] < 1:
+                continue
+            per_skill[skill] += 1
+            seen.add(digest)
+            mined.append({"prompt": prompt, "answer": answer, "skill": skill, "tier": slice_["tier"]})
+        if all(per_skill[s] >= MINED_PER_SKILL for s in recipe.skills):
+            corrections.close()  # every skill has its share: the older corrections are not read
+            break
+    return mined

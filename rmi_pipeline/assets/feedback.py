@@ -93,10 +93,10 @@ def _expectation_table(failed: dict[str, int], check: dict) -> str:
 
 
 def add_slices(events, recipe_path: str):
-    """Each event's tier (not in schema v1), and its skill when the client sent none, from the recipe.
+    """Each event's tier (not in schema v1), and its skill when the client sent none, from the recipe's batch form
+    of slice_of (`Recipe.slices`), once per distinct prompt.
 
     A prompt the recipe does not know keeps tier null: it is still feedback, only not one of the model's slices.
-    The recipe is asked once per distinct prompt.
     """
     import polars as pl
 
@@ -105,21 +105,12 @@ def add_slices(events, recipe_path: str):
     if events.is_empty():
         return events
     recipe = load_recipe(recipe_path)
-    prompts = events["prompt"].unique().to_list()
-    slices = [_slice(recipe, p) for p in prompts]
-    known = pl.DataFrame({"prompt": prompts, "recipe_skill": [s for s, _ in slices],
-                          "recipe_tier": [t for _, t in slices]},
-                         schema={"prompt": pl.String, "recipe_skill": pl.String, "recipe_tier": pl.Int64})
+    known = (events.select(pl.col("prompt").unique()).with_columns(recipe.slices(pl.col("prompt")).alias("s"))
+             .select("prompt", recipe_skill=pl.col("s").struct.field("skill"),
+                     recipe_tier=pl.col("s").struct.field("tier")))
     return (events.join(known, on="prompt", how="left", maintain_order="left")
             .with_columns(tier=pl.col("recipe_tier"), skill=pl.coalesce("skill", "recipe_skill"))
             .drop("recipe_skill", "recipe_tier"))
-
-
-def _slice(recipe, prompt: str) -> tuple[str | None, int | None]:
-    try:
-        return recipe.slice_of(prompt) if recipe.is_valid_prompt(prompt) else (None, None)
-    except Exception:  # noqa: BLE001 - a recipe that trips on one odd prompt must not fail the batch
-        return None, None
 
 
 @asset(partitions_def=feedback_batches, deps=[feedback_batch], group_name="feedback", kinds={"duckdb"})

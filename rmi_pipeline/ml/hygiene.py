@@ -8,6 +8,23 @@ from __future__ import annotations
 import hashlib
 
 
+def canonical_hash(canonical: str) -> str:
+    """What the eval suite publishes of an item, and training compares: sha256 of its prompt's canonical form."""
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def canonical_hashes(canonicals):
+    """canonical_hash over a polars String Series (a null stays null), once per distinct form: users ask the same
+    questions again and again."""
+    import polars as pl
+
+    distinct = canonicals.drop_nulls().unique()
+    table = pl.DataFrame({"c": distinct, "h": [canonical_hash(c) for c in distinct.to_list()]},
+                         schema={"c": pl.String, "h": pl.String})
+    return (pl.DataFrame({"c": canonicals}).join(table, on="c", how="left", maintain_order="left")["h"]
+            .rename(canonicals.name))
+
+
 def ngram_hashes(text: str, n: int) -> set[str]:
     """Hashes of the whitespace-token n-grams of a text (none when it has fewer than n tokens)."""
     tokens = text.split()
@@ -19,3 +36,8 @@ def is_mined_holdout(prompt_hash: str, share: float) -> bool:
     """Whether a corrected hard case belongs to the held-out mined slice: decided by its hash, so the
     same problem lands on the same side whenever and wherever it is seen."""
     return int(prompt_hash[:8], 16) / 0xFFFFFFFF < share
+
+
+def mined_holdout(prompt_hash, share: float):
+    """is_mined_holdout over a polars column of prompt hashes."""
+    return prompt_hash.str.slice(0, 8).str.to_integer(base=16) / 0xFFFFFFFF < share

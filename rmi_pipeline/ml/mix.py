@@ -25,16 +25,16 @@ def mix_sources(rows, new_batches: list[str]):
                              .otherwise(pl.col("source")))
 
 
-def weigh(rows, shares: dict[str, float]) -> tuple[object, dict[str, int]]:
-    """The rows of sources with a share, each weighted share / (total share present) / (rows of its source);
-    and the rows per source, in the order of `shares`."""
+def in_mix(shares: dict[str, float]):
+    """Whether a row (column mix) belongs to a source with a share: the others contribute no rows."""
     import polars as pl
 
-    rows = rows.filter(pl.col("mix").replace_strict(shares, default=0.0) > 0)
-    sizes = dict(rows.group_by("mix").len().iter_rows())
+    return pl.col("mix").replace_strict(shares, default=0.0) > 0
+
+
+def weights(sizes: dict[str, int], shares: dict[str, float]) -> dict[str, float]:
+    """The weight of a row of each source present (`sizes`: its rows): share / (total share present) / rows."""
     if not sizes:
         raise ValueError(f"the training mix {shares} leaves no rows: give replay or feedback a share")
     total = sum(shares[m] for m in sizes)
-    rows = rows.with_columns(weight=pl.col("mix").replace_strict(
-        {m: shares[m] / total / n for m, n in sizes.items()}, return_dtype=pl.Float64))
-    return rows, {m: sizes[m] for m in shares if m in sizes}
+    return {m: shares[m] / total / n for m, n in sizes.items()}

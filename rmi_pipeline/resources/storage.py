@@ -113,17 +113,24 @@ class ObjectStore(ConfigurableResource):
 
     @_reachable
     def write_bytes(self, key: str, data: bytes) -> str:
+        return self._put(key, lambda fs, path: fs.pipe_file(path, data))
+
+    @_reachable
+    def write_file(self, key: str, local_path: str) -> str:
+        """A local file into the store, streamed: a training dataset larger than memory never is one bytes."""
+        return self._put(key, lambda fs, path: fs.put_file(local_path, path))
+
+    def _put(self, key: str, write) -> str:
         """Readers never see half a file: on disk, written aside and moved into place; on S3 a PUT is atomic."""
         fs, _ = self._fs()
         final = self.path(key)
         if self.is_s3:  # the bucket must exist; a "folder" on S3 is only a key prefix
-            fs.pipe_file(final, data)
+            write(fs, final)
             return self.uri(key)
         parent = final.rsplit("/", 1)[0]
         fs.makedirs(parent, exist_ok=True)
         tmp = f"{parent}/.{final.rsplit('/', 1)[1]}.{uuid.uuid4().hex[:12]}.partial"  # a writer's own: never shared
-        with fs.open(tmp, "wb") as f:
-            f.write(data)
+        write(fs, tmp)
         fs.mv(tmp, final)
         return self.uri(key)
 

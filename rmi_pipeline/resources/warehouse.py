@@ -140,6 +140,18 @@ class Warehouse(ConfigurableResource):
         with self.connect(read_only=True) as conn:
             return conn.sql(sql, params=params).pl() if params else conn.sql(sql).pl()
 
+    def stream(self, sql: str, chunk_rows: int = 250_000, memory_limit: str = "1GB"):
+        """The rows of a read-only query as polars frames of at most `chunk_rows`, never all at once: DuckDB sorts
+        within `memory_limit` and spills the rest to a temporary folder, so a history of any size streams."""
+        import tempfile
+
+        import polars as pl
+
+        with self.connect(read_only=True) as conn, tempfile.TemporaryDirectory(prefix="rmi-spill-") as spill:
+            conn.execute(f"SET memory_limit = {_literal(memory_limit)}; SET temp_directory = {_literal(spill)}")
+            for batch in conn.execute(sql).fetch_record_batch(chunk_rows):
+                yield pl.from_arrow(batch)
+
     # where the lake is
 
     @property

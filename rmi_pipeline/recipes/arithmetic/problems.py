@@ -29,6 +29,27 @@ def parse(prompt: str) -> tuple[int, str, int] | None:
     return a, op, b
 
 
+def parts(prompt):
+    """`parse` over a polars String column: a struct of a and b as digit strings without leading zeros (compared by
+    length, then text) and op; null where the prompt is not well formed."""
+    import polars as pl
+
+    # [0-9], not \d: the regex crate's \d is any script's digit, as `parse` (re.ASCII) is not
+    groups = prompt.str.extract_groups(r"^([0-9]+)([+-])([0-9]+)=$")
+    a, op, b = (groups.struct.field(n) for n in ("1", "2", "3"))
+    short = (a.str.len_bytes() <= MAX_DIGITS) & (b.str.len_bytes() <= MAX_DIGITS)
+    a, b = (pl.when(x.str.strip_chars_start("0") == "").then(pl.lit("0")).otherwise(x.str.strip_chars_start("0"))
+            for x in (a, b))
+    a_at_least_b = (a.str.len_bytes() > b.str.len_bytes()) | ((a.str.len_bytes() == b.str.len_bytes()) & (a >= b))
+    ok = short & ((op == "+") | a_at_least_b)
+    return pl.when(ok).then(pl.struct(a=a, op=op, b=b, a_at_least_b=a_at_least_b))
+
+
+def answers(text):
+    """`is_answer` over a polars String column (false for a null)."""
+    return (text.str.contains(r"^[0-9]+$") & (text.str.len_bytes() <= MAX_DIGITS + 1)).fill_null(False)
+
+
 def is_answer(text: str) -> bool:
     return bool(_ANSWER.fullmatch(text))
 
