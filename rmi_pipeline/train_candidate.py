@@ -81,7 +81,9 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     else:
         module = recipe.build_model(extras["learning_rate"], steps, size=extras["model_size"])
     tokens, mask = recipe.encode(module, data["prompt"].to_list(), data["target"].to_list())
-    weights = torch.tensor(data["weight"].to_numpy())
+    weight = data["mix"].replace_strict(extras["mix_weights"], return_dtype=pl.Float64) \
+        if extras.get("mix_weights") else data["weight"]  # a dataset written before weights were by source
+    weights = torch.tensor(weight.to_numpy())
     names = data["mix"].unique(maintain_order=True).to_list()  # the training mix's sources present
     sources = torch.tensor(data["mix"].replace_strict({n: i for i, n in enumerate(names)}).to_numpy())
     scales = torch.tensor(data["scale"].to_numpy())

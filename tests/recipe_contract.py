@@ -62,27 +62,24 @@ def odd_texts(recipe: Recipe, n: int = 2000) -> list[str | None]:
 
 
 def check_batch_forms(recipe: Recipe) -> None:
-    """The batch forms (valid_prompts, valid_completions, canonicals, slices) give the per-row functions' answers
-    on every row: ingest, the dataset and the eval hygiene run them, and a disagreement would let an eval item into
-    training or file feedback under the wrong slice."""
+    """The batch forms (parse_prompts, valid_completions) give the per-row functions' answers on every row:
+    ingest, the dataset and the eval hygiene run them, and a disagreement would let an eval item into training or
+    file feedback under the wrong slice."""
     import polars as pl
 
     from rmi_pipeline.ml.hygiene import canonical_hashes
 
-    texts = odd_texts(recipe)
-    column = pl.col("text")
-    got = pl.DataFrame({"text": texts}, schema={"text": pl.String}).select(
-        valid=recipe.valid_prompts(column), answer=recipe.valid_completions(column),
-        canonical=recipe.canonicals(column), slice=recipe.slices(column))
-    for text, valid, answer, canonical, slice_ in zip(texts, *got.get_columns(), strict=True):
+    texts = pl.Series(odd_texts(recipe), dtype=pl.String)
+    parsed, answers = recipe.parse_prompts(texts), recipe.valid_completions(texts)
+    assert parsed.height == answers.len() == texts.len(), "one row per text, in order"
+    for text, answer, (valid, canonical, skill, tier) in zip(texts, answers, parsed.iter_rows(), strict=True):
         ok = text is not None and recipe.is_valid_prompt(text)
-        assert valid == ok, f"valid_prompts says {valid} of {text!r}, is_valid_prompt {ok}"
+        assert valid == ok, f"parse_prompts says valid={valid} of {text!r}, is_valid_prompt {ok}"
+        want = (recipe.canonical(text), *recipe.slice_of(text)) if ok else (None, None, None)
+        assert (canonical, skill, tier) == want, f"parse_prompts of {text!r}: {(canonical, skill, tier)} != {want}"
         assert answer == (text is not None and recipe.is_valid_completion(text)), f"valid_completions of {text!r}"
-        assert canonical == (recipe.canonical(text) if ok else None), f"canonicals of {text!r}: {canonical!r}"
-        want = dict(zip(("skill", "tier"), recipe.slice_of(text), strict=True)) if ok else None
-        assert slice_ == want, f"slices of {text!r}: {slice_} against slice_of's {want}"
-    hashes = canonical_hashes(got["canonical"]).to_list()
-    assert hashes == [recipe.prompt_hash(t) if v else None for t, v in zip(texts, got["valid"], strict=True)]
+    hashes = canonical_hashes(parsed["canonical"]).to_list()
+    assert hashes == [recipe.prompt_hash(t) if v else None for t, v in zip(texts, parsed["valid"], strict=True)]
 
 
 def check_rows(recipe: Recipe, module) -> None:

@@ -66,6 +66,8 @@ def test_eval_items_are_removed_and_counted_and_each_source_gets_its_share_of_ev
     # no champion yet, so nothing from practice: new thumbs-up, corrections and replay share each batch
     mix = Settings().mix
     present = mix["feedback"] + mix["corrections"] + mix["replay"]
+    weights = resources["storage"].read_json(layout.dataset_manifest(meta["version"]))["weights"]
+    data = data.with_columns(weight=data["mix"].replace_strict(weights))  # as the training program weighs rows
     for source in ("feedback", "corrections", "replay"):
         share = data.filter(data["mix"] == source)["weight"].sum()
         assert abs(share - mix[source] / present) < 1e-9, source
@@ -171,5 +173,6 @@ def test_a_history_read_in_chunks_gives_the_dataset_read_at_once(tmp_path):
     assert cut.equals(whole) and vars(chunked) == vars(once)
     assert once.unusable == 2 and once.removed["removed_eval_overlap"] > 0 and once.removed["held_out_mined"] > 0
     assert once.batches == {"b0", "b1", "b2"} and set(whole["mix"]) == {"feedback", "corrections", "replay"}
-    assert whole.group_by("mix").agg(pl.col("weight").sum()).sort("mix")["weight"].to_list() == \
+    weighted = whole.with_columns(weight=pl.col("mix").replace_strict(once.weights))
+    assert weighted.group_by("mix").agg(pl.col("weight").sum()).sort("mix")["weight"].to_list() == \
         pytest.approx([0.3, 0.5, 0.2])

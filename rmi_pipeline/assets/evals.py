@@ -166,18 +166,18 @@ def _mined(recipe, warehouse: Warehouse, share: float) -> list[dict]:
     corrections = warehouse.stream("SELECT prompt, correction FROM feedback_events WHERE rating = 'down' AND "
                                    "correction IS NOT NULL ORDER BY ts DESC, event_id")
     for chunk in corrections:
-        usable = chunk.filter(recipe.valid_prompts(pl.col("prompt")) & recipe.valid_completions(pl.col("correction")))
-        usable = usable.with_columns(digest=canonical_hashes(usable.select(recipe.canonicals(pl.col("prompt")))
-                                                          .to_series()))
-        held = usable.filter(mined_holdout(pl.col("digest"), share)).with_columns(
-            slice=recipe.slices(pl.col("prompt")))
-        for prompt, answer, digest, slice_ in held.iter_rows():
-            skill = slice_["skill"]
+        parsed = recipe.parse_prompts(chunk["prompt"])
+        usable = chunk.hstack(parsed.get_columns()).filter(
+            parsed["valid"] & recipe.valid_completions(chunk["correction"]))
+        held = usable.with_columns(digest=canonical_hashes(usable["canonical"])).filter(
+            mined_holdout(pl.col("digest"), share))
+        for prompt, answer, digest, skill, tier in held.select("prompt", "correction", "digest", "skill",
+                                                               "tier").iter_rows():
             if digest in seen or per_skill[skill] >= MINED_PER_SKILL or recipe.verify(prompt, answer)[0] < 1:
                 continue
             per_skill[skill] += 1
             seen.add(digest)
-            mined.append({"prompt": prompt, "answer": answer, "skill": skill, "tier": slice_["tier"]})
+            mined.append({"prompt": prompt, "answer": answer, "skill": skill, "tier": tier})
         if all(per_skill[s] >= MINED_PER_SKILL for s in recipe.skills):
             corrections.close()  # every skill has its share: the older corrections are not read
             break

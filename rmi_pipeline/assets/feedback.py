@@ -94,7 +94,7 @@ def _expectation_table(failed: dict[str, int], check: dict) -> str:
 
 def add_slices(events, recipe_path: str):
     """Each event's tier (not in schema v1), and its skill when the client sent none, from the recipe's batch form
-    of slice_of (`Recipe.slices`), once per distinct prompt.
+    of slice_of (`Recipe.parse_prompts`), once per distinct prompt.
 
     A prompt the recipe does not know keeps tier null: it is still feedback, only not one of the model's slices.
     """
@@ -105,9 +105,8 @@ def add_slices(events, recipe_path: str):
     if events.is_empty():
         return events
     recipe = load_recipe(recipe_path)
-    known = (events.select(pl.col("prompt").unique()).with_columns(recipe.slices(pl.col("prompt")).alias("s"))
-             .select("prompt", recipe_skill=pl.col("s").struct.field("skill"),
-                     recipe_tier=pl.col("s").struct.field("tier")))
+    prompts = events["prompt"].unique()
+    known = recipe.parse_prompts(prompts).select(prompt=prompts, recipe_skill="skill", recipe_tier="tier")
     return (events.join(known, on="prompt", how="left", maintain_order="left")
             .with_columns(tier=pl.col("recipe_tier"), skill=pl.coalesce("skill", "recipe_skill"))
             .drop("recipe_skill", "recipe_tier"))

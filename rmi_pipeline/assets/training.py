@@ -63,6 +63,7 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, set
         "recipe": settings.recipe,
         "dataset_version": version,
         "dataset_uri": storage.uri(layout.dataset_rows(version)),
+        "mix_weights": manifest.get("weights"),  # a row's weight by its source (None: in the file, as before)
         "storage_options": {"endpoint_url": settings.s3_endpoint_url} if settings.s3_endpoint_url else {},
         "warm_start_uri": _warm_start(champion.version, storage, registry) if champion else None,
         "checkpoint_uri": storage.uri(checkpoint_key),

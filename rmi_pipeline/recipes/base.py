@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # only for annotations: importing the contract must stay ligh
     import torch
 
 __all__ = ["Recipe", "Task", "load_recipe", "slice_name"]
+# the columns of Recipe.parse_prompts, as polars type names (polars stays out of the contract's import)
+PARSED_PROMPTS = {"valid": "Boolean", "canonical": "String", "skill": "String", "tier": "Int64"}
 
 
 class Recipe(ABC):
@@ -114,35 +116,32 @@ class Recipe(ABC):
         """A normal form under which two prompts that ask the same thing are equal (eval hygiene)."""
 
     # Batch forms of the four functions above, over a whole column at once: what ingest, the training dataset and
-    # the eval hygiene run on millions of rows. A recipe may give them as polars expressions (the arithmetic one
-    # does); these defaults call the per-row functions, which stay the reference (tests/recipe_contract.py checks
-    # that both agree), row by row: correct, and about 10x slower (bench/dataset.py measures it).
+    # the eval hygiene run on millions of rows. A recipe may compute them with polars or DuckDB (the arithmetic
+    # one does); these defaults call the per-row functions, which stay the reference (tests/recipe_contract.py
+    # checks that both agree), row by row: correct, and several times slower (bench/dataset.py measures it).
 
-    def valid_prompts(self, prompt: pl.Expr) -> pl.Expr:
-        """is_valid_prompt of each row of a String column: Boolean, false (never null) for a null."""
-        return _row_by_row(prompt, lambda p: p is not None and self.is_valid_prompt(p), "Boolean")
+    def parse_prompts(self, prompts: pl.Series) -> pl.DataFrame:
+        """One row per prompt (a String Series, nulls allowed): `valid` (is_valid_prompt, never null), and where
+        valid its `canonical`, `skill` and `tier`; nulls where not. A prompt the per-row functions trip on is not
+        valid."""
+        import polars as pl
 
-    def valid_completions(self, completion: pl.Expr) -> pl.Expr:
-        """is_valid_completion of each row: Boolean, false for a null."""
-        return _row_by_row(completion, lambda c: c is not None and self.is_valid_completion(c), "Boolean")
-
-    def canonicals(self, prompt: pl.Expr) -> pl.Expr:
-        """canonical of each valid prompt: String, null where the prompt is not valid."""
-        return _row_by_row(prompt, lambda p: self.canonical(p) if p is not None and self.is_valid_prompt(p)
-                           else None, "String")
-
-    def slices(self, prompt: pl.Expr) -> pl.Expr:
-        """slice_of of each valid prompt: a struct of skill (String) and tier (Int64), null where not valid."""
-        def one(p):
+        def one(prompt):
             try:
-                if p is None or not self.is_valid_prompt(p):
-                    return None
-                skill, tier = self.slice_of(p)
-            except Exception:  # noqa: BLE001 - a recipe that trips on one odd prompt gives it no slice
-                return None
-            return {"skill": skill, "tier": tier}
+                if prompt is not None and self.is_valid_prompt(prompt):
+                    return (True, self.canonical(prompt), *self.slice_of(prompt))
+            except Exception:  # noqa: BLE001 - one odd prompt must not fail a batch of millions
+                pass
+            return False, None, None, None
 
-        return _row_by_row(prompt, one, "slice")
+        return pl.DataFrame([one(p) for p in prompts.to_list()], schema=parsed_prompts_schema(), orient="row")
+
+    def valid_completions(self, completions: pl.Series) -> pl.Series:
+        """is_valid_completion of each row of a String Series: Boolean, false for a null."""
+        import polars as pl
+
+        return pl.Series([c is not None and self.is_valid_completion(c) for c in completions.to_list()],
+                         dtype=pl.Boolean)
 
     @abstractmethod
     def sample_tasks(self, rng: random.Random, n: int, skills: list[str], tiers: list[int]) -> list[Task]:
@@ -209,18 +208,10 @@ class Recipe(ABC):
         return canonical_hash(self.canonical(prompt))
 
 
-def slice_dtype():
-    """The polars type of `Recipe.slices`."""
+def parsed_prompts_schema() -> dict:
     import polars as pl
 
-    return pl.Struct({"skill": pl.String, "tier": pl.Int64})
-
-
-def _row_by_row(column, fn, dtype: str):
-    import polars as pl
-
-    kind = slice_dtype() if dtype == "slice" else getattr(pl, dtype)
-    return column.map_elements(fn, return_dtype=kind, skip_nulls=False)
+    return {name: getattr(pl, kind) for name, kind in PARSED_PROMPTS.items()}
 
 
 def load_recipe(import_path: str) -> Recipe:

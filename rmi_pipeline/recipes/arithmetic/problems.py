@@ -29,25 +29,36 @@ def parse(prompt: str) -> tuple[int, str, int] | None:
     return a, op, b
 
 
-def parts(prompt):
-    """`parse` over a polars String column: a struct of a and b as digit strings without leading zeros (compared by
-    length, then text) and op; null where the prompt is not well formed."""
+def parse_column(prompts):
+    """`parse`, the canonical form and the slice of every prompt of a polars String Series at once: the columns of
+    Recipe.parse_prompts. Operands are compared as digit strings (by length, then text), never as ints."""
     import polars as pl
 
-    # [0-9], not \d: the regex crate's \d is any script's digit, as `parse` (re.ASCII) is not
-    groups = prompt.str.extract_groups(r"^([0-9]+)([+-])([0-9]+)=$")
-    a, op, b = (groups.struct.field(n) for n in ("1", "2", "3"))
-    short = (a.str.len_bytes() <= MAX_DIGITS) & (b.str.len_bytes() <= MAX_DIGITS)
-    a, b = (pl.when(x.str.strip_chars_start("0") == "").then(pl.lit("0")).otherwise(x.str.strip_chars_start("0"))
-            for x in (a, b))
-    a_at_least_b = (a.str.len_bytes() > b.str.len_bytes()) | ((a.str.len_bytes() == b.str.len_bytes()) & (a >= b))
-    ok = short & ((op == "+") | a_at_least_b)
-    return pl.when(ok).then(pl.struct(a=a, op=op, b=b, a_at_least_b=a_at_least_b))
+    a, b, op = pl.col("a"), pl.col("b"), pl.col("op")
+    # [0-9], not \d: the regex crate's \d is any script's digit, as `parse` (re.ASCII) is not; 0* leaves one digit
+    parts = pl.col("prompt").str.extract_groups(r"^(0*)([0-9]+)([+-])(0*)([0-9]+)=$")
+    a_first = (a.str.len_bytes() > b.str.len_bytes()) | ((a.str.len_bytes() == b.str.len_bytes()) & (a >= b))
+    return (prompts.rename("prompt").to_frame().lazy()
+            .select(parts.struct.rename_fields(["za", "a", "op", "zb", "b"]).struct.unnest())
+            .with_columns(a_first=a_first)
+            .with_columns(valid=((pl.col("za").str.len_bytes() + a.str.len_bytes() <= MAX_DIGITS)
+                                 & (pl.col("zb").str.len_bytes() + b.str.len_bytes() <= MAX_DIGITS)
+                                 & ((op == "+") | pl.col("a_first"))).fill_null(False))
+            .select("valid", *(pl.when("valid").then(e).alias(name) for name, e in {
+                "canonical": pl.when(op == "-").then(pl.concat_str(a, op, b, pl.lit("=")))
+                .when("a_first").then(pl.concat_str(b, op, a, pl.lit("=")))
+                .otherwise(pl.concat_str(a, op, b, pl.lit("="))),
+                "skill": pl.when(op == "+").then(pl.lit("add")).otherwise(pl.lit("sub")),
+                "tier": pl.max_horizontal(a.str.len_bytes(), b.str.len_bytes()).cast(pl.Int64)}.items()))
+            .collect())
 
 
-def answers(text):
-    """`is_answer` over a polars String column (false for a null)."""
-    return (text.str.contains(r"^[0-9]+$") & (text.str.len_bytes() <= MAX_DIGITS + 1)).fill_null(False)
+def answers(texts):
+    """`is_answer` of every text of a polars String Series (false for a null)."""
+    import polars as pl
+
+    return texts.to_frame("t").select((pl.col("t").str.contains(r"^[0-9]+$")
+                                       & (pl.col("t").str.len_bytes() <= MAX_DIGITS + 1)).fill_null(False)).to_series()
 
 
 def is_answer(text: str) -> bool:

@@ -138,31 +138,13 @@ class ArithmeticRecipe(Recipe):
             a, b = min(a, b), max(a, b)
         return f"{a}{op}{b}="
 
-    # the batch forms, as polars expressions (problems.parts): the same answers as the four above, in bulk
+    # the batch forms, in polars (problems.parse_column): the same answers as the four above, in bulk
 
-    def valid_prompts(self, prompt):
-        return problems.parts(prompt).is_not_null()
+    def parse_prompts(self, prompts):
+        return problems.parse_column(prompts)
 
-    def valid_completions(self, completion):
-        return problems.answers(completion)
-
-    def canonicals(self, prompt):
-        import polars as pl
-
-        p = problems.parts(prompt)
-        a, op, b, a_first = (p.struct.field(n) for n in ("a", "op", "b", "a_at_least_b"))
-        smaller, larger = pl.when(a_first).then(b).otherwise(a), pl.when(a_first).then(a).otherwise(b)
-        return (pl.when(op == "+").then(pl.concat_str(smaller, op, larger, pl.lit("=")))
-                .otherwise(pl.concat_str(a, op, b, pl.lit("="))))
-
-    def slices(self, prompt):
-        import polars as pl
-
-        p = problems.parts(prompt)
-        a, op, b = (p.struct.field(n) for n in ("a", "op", "b"))
-        tier = pl.max_horizontal(a.str.len_bytes(), b.str.len_bytes()).cast(pl.Int64)
-        return pl.when(p.is_not_null()).then(
-            pl.struct(skill=pl.when(op == "+").then(pl.lit("add")).otherwise(pl.lit("sub")), tier=tier))
+    def valid_completions(self, completions):
+        return problems.answers(completions)
 
     def sample_tasks(self, rng, n, skills, tiers):
         tasks = []
