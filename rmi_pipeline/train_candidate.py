@@ -15,7 +15,6 @@ never open the message channel: only global rank 0 reports and writes.
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 import time
@@ -24,6 +23,8 @@ from typing import Any
 
 from dagster_pipes import PipesDefaultContextLoader, PipesEnvVarParamsLoader, open_dagster_pipes
 
+# the dataset's columns training reads (not its batch ids or sources: the mix says what a row is)
+READ = ("prompt", "target", "mix", "scale", "reference", "teacher", "skill", "tier", "weight")
 RANK_VARIABLES = ("RANK", "NODE_RANK", "GROUP_RANK", "LOCAL_RANK")  # set by Lightning, torchrun or a job operator
 
 
@@ -45,6 +46,36 @@ def _read(uri: str, options: Mapping[str, Any]) -> bytes:
 
     with fsspec.open(uri, "rb", **_for(uri, options)) as f:
         return f.read()
+
+
+def _rows(recipe, module, uri: str, options: Mapping[str, Any]):
+    """The dataset and its rows as (tokens, loss mask), read and encoded a row group at a time: a dataset larger
+    than memory as text fits as tokens. The prompts and targets are kept only where the objective reads them again
+    (wrong RL answers' rows and hinted successes'); beyond a row's last answer token the padding between row groups
+    is never read (causal attention, no loss there)."""
+    import fsspec
+    import polars as pl
+    import pyarrow.parquet as pq
+    import torch
+
+    frames, tokens, masks = [], [], []
+    with fsspec.open(uri, "rb", **_for(uri, options)) as f:
+        dataset = pq.ParquetFile(f)
+        columns = [c for c in dataset.schema_arrow.names if c in READ]
+        for group in range(dataset.num_row_groups):
+            part = pl.from_arrow(dataset.read_row_group(group, columns=columns))
+            ids, mask = recipe.encode(module, part["prompt"], part["target"])
+            tokens.append(ids)
+            masks.append(mask)
+            frames.append(part.with_columns(
+                prompt=pl.when(pl.col("reference").is_not_null()).then("prompt") if "reference" in part.columns
+                else pl.lit(None, pl.String),
+                target=pl.when(pl.col("teacher").is_not_null()).then("target") if "teacher" in part.columns
+                else pl.lit(None, pl.String)))
+    width = max(t.shape[1] for t in tokens)
+    pad = torch.nn.functional.pad
+    return (pl.concat(frames), torch.cat([pad(t, (0, width - t.shape[1])) for t in tokens]),
+            torch.cat([pad(m, (0, width - m.shape[1])) for m in masks]))
 
 
 def _write(uri: str, data: bytes, options: Mapping[str, Any]) -> None:
@@ -73,14 +104,13 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
 
     recipe = load_recipe(extras["recipe"])
     storage = extras.get("storage_options") or {}
-    data = pl.read_parquet(io.BytesIO(_read(extras["dataset_uri"], storage)))
     steps, seed = int(extras["steps"]), int(extras["seed"])
     torch.manual_seed(seed)  # the same dataset and seed give the same candidate
     if extras.get("warm_start_uri"):  # the champion's architecture and weights, a fresh optimizer
         module = recipe.load_checkpoint(_read(extras["warm_start_uri"], storage), extras["learning_rate"], steps)
     else:
         module = recipe.build_model(extras["learning_rate"], steps, size=extras["model_size"])
-    tokens, mask = recipe.encode(module, data["prompt"].to_list(), data["target"].to_list())
+    data, tokens, mask = _rows(recipe, module, extras["dataset_uri"], storage)
     weight = data["mix"].replace_strict(extras["mix_weights"], return_dtype=pl.Float64) \
         if extras.get("mix_weights") else data["weight"]  # a dataset written before weights were by source
     weights = torch.tensor(weight.to_numpy())
@@ -89,7 +119,7 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     scales = torch.tensor(data["scale"].to_numpy())
     if "reference" in data.columns and data["reference"].is_not_null().any():  # wrong RL answers and a right one
         wrong = data.with_row_index().filter(pl.col("reference").is_not_null())
-        reference, _ = recipe.encode(module, wrong["prompt"].to_list(), wrong["reference"].to_list())
+        reference, _ = recipe.encode(module, wrong["prompt"], wrong["reference"])
         at = torch.tensor(wrong["index"].to_numpy(), dtype=torch.long)
         cut = first_mistake(tokens[at], mask[at], reference)
         scales[at] *= cut.sum(1) / mask[at].sum(1).clamp(min=1)  # a row's loss is a mean over its answer tokens

@@ -33,6 +33,31 @@ def test_training_rows_put_loss_only_on_the_answer_and_decode_back():
         R.encode(None, ["3+5="], ["800"])  # longer than any sum of one-digit numbers
 
 
+def test_rows_encoded_in_bulk_are_the_rows_of_the_per_row_token_functions():
+    """The training program encodes millions of rows at once (polars, no Python string per row); each row must be
+    what model_prompt + model_answer make of it, leading zeros, widths and the loss span included."""
+    import polars as pl
+
+    tasks = R.sample_tasks(random.Random(3), 2000, list(R.skills), list(range(1, 40)))
+    prompts = [t.prompt for t in tasks] + ["007+03=", "0-0=", "5-005=", "0+0="]
+    answers = [t.answer for t in tasks] + ["010", "0", "00", "000"]
+    rows = []
+    for prompt, answer in zip(prompts, answers, strict=True):
+        a, op, b = problems.parse(prompt)
+        head = tok.model_prompt(a, op, b)
+        rows.append((head, head + tok.model_answer(int(answer), tok.answer_len(a, b))))
+    ids, mask = R.encode(None, pl.Series(prompts), pl.Series(answers))
+    assert ids.shape == (len(rows), max(len(row) for _, row in rows))
+    assert torch.equal(ids, tok.encode([row for _, row in rows], torch.uint8))
+    starts = torch.tensor([len(head) for head, _ in rows]).view(-1, 1)
+    ends = torch.tensor([len(row) for _, row in rows]).view(-1, 1)
+    at = torch.arange(ids.shape[1])
+    assert torch.equal(mask, (at >= starts) & (at < ends))
+    for prompt, answer in (("3+4=", "1x"), ("3-4=", "1"), ("\u0663+4=", "7"), ("3+4=", "\u0663"), ("3+4=", None)):
+        with pytest.raises(ValueError, match="trainable"):
+            R.encode(None, ["1+1=", prompt], ["2", answer])
+
+
 def test_only_whole_ascii_problems_and_answers_are_valid():
     """Feedback text is untrusted: a trailing newline or another script's digits is not a problem the model knows."""
     assert R.is_valid_prompt("12+3=") and R.is_valid_completion("15")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import random
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..ml.hygiene import canonical_hash
@@ -59,10 +60,12 @@ class Recipe(ABC):
         return module
 
     @abstractmethod
-    def encode(self, module, prompts: list[str], completions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(self, module, prompts: Sequence[str], completions: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Training rows for `module` (its tokenizer, where it has one): (tokens, loss_mask), right-padded, loss on
         the completion tokens only. Tokens may be any integer type: the smallest that holds the vocabulary keeps
-        millions of rows small (the model casts a batch to int64)."""
+        millions of rows small (the model casts a batch to int64). The training program hands over polars String
+        Series (the dataset's columns), others lists: a recipe may encode either in bulk (the arithmetic one does,
+        with no Python string per row)."""
 
     @abstractmethod
     def answer(self, model: torch.nn.Module, prompts: list[str]) -> list[str]:

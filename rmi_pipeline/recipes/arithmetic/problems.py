@@ -29,28 +29,34 @@ def parse(prompt: str) -> tuple[int, str, int] | None:
     return a, op, b
 
 
-def parse_column(prompts):
-    """`parse`, the canonical form and the slice of every prompt of a polars String Series at once: the columns of
-    Recipe.parse_prompts. Operands are compared as digit strings (by length, then text), never as ints."""
+def parts(prompts):
+    """`parse` over a polars String Series, lazily: the operands as digit strings a and b without leading zeros
+    (compared by length, then text, never as ints), op, a_first (a >= b) and valid."""
     import polars as pl
 
     a, b, op = pl.col("a"), pl.col("b"), pl.col("op")
     # [0-9], not \d: the regex crate's \d is any script's digit, as `parse` (re.ASCII) is not; 0* leaves one digit
-    parts = pl.col("prompt").str.extract_groups(r"^(0*)([0-9]+)([+-])(0*)([0-9]+)=$")
+    groups = pl.col("prompt").str.extract_groups(r"^(0*)([0-9]+)([+-])(0*)([0-9]+)=$")
     a_first = (a.str.len_bytes() > b.str.len_bytes()) | ((a.str.len_bytes() == b.str.len_bytes()) & (a >= b))
     return (prompts.rename("prompt").to_frame().lazy()
-            .select(parts.struct.rename_fields(["za", "a", "op", "zb", "b"]).struct.unnest())
+            .select(groups.struct.rename_fields(["za", "a", "op", "zb", "b"]).struct.unnest())
             .with_columns(a_first=a_first)
             .with_columns(valid=((pl.col("za").str.len_bytes() + a.str.len_bytes() <= MAX_DIGITS)
                                  & (pl.col("zb").str.len_bytes() + b.str.len_bytes() <= MAX_DIGITS)
-                                 & ((op == "+") | pl.col("a_first"))).fill_null(False))
-            .select("valid", *(pl.when("valid").then(e).alias(name) for name, e in {
-                "canonical": pl.when(op == "-").then(pl.concat_str(a, op, b, pl.lit("=")))
-                .when("a_first").then(pl.concat_str(b, op, a, pl.lit("=")))
-                .otherwise(pl.concat_str(a, op, b, pl.lit("="))),
-                "skill": pl.when(op == "+").then(pl.lit("add")).otherwise(pl.lit("sub")),
-                "tier": pl.max_horizontal(a.str.len_bytes(), b.str.len_bytes()).cast(pl.Int64)}.items()))
-            .collect())
+                                 & ((op == "+") | pl.col("a_first"))).fill_null(False)))
+
+
+def parse_column(prompts):
+    """`parse`, the canonical form and the slice of every prompt at once: the columns of Recipe.parse_prompts."""
+    import polars as pl
+
+    a, b, op = pl.col("a"), pl.col("b"), pl.col("op")
+    return parts(prompts).select("valid", *(pl.when("valid").then(e).alias(name) for name, e in {
+        "canonical": pl.when(op == "-").then(pl.concat_str(a, op, b, pl.lit("=")))
+        .when("a_first").then(pl.concat_str(b, op, a, pl.lit("=")))
+        .otherwise(pl.concat_str(a, op, b, pl.lit("="))),
+        "skill": pl.when(op == "+").then(pl.lit("add")).otherwise(pl.lit("sub")),
+        "tier": pl.max_horizontal(a.str.len_bytes(), b.str.len_bytes()).cast(pl.Int64)}.items())).collect()
 
 
 def answers(texts):

@@ -40,18 +40,17 @@ class ArithmeticRecipe(Recipe):
         return dict(module.hparams["config"])  # LitGPT keeps the GPTConfig it was built from
 
     def encode(self, module, prompts, completions):
-        rows, spans = [], []  # the answer's first and last token + 1 in each row
-        for prompt, completion in zip(prompts, completions, strict=True):
-            a, op, b = self._parse(prompt)
-            digits = tokens.answer_len(a, b)
-            if not problems.is_answer(completion) or len(str(int(completion))) > digits:
-                raise ValueError(f"not a trainable answer to {prompt!r}: {completion!r}")
-            model_prompt = tokens.model_prompt(a, op, b)
-            rows.append(model_prompt + tokens.model_answer(int(completion), digits))
-            spans.append((len(model_prompt), len(rows[-1])))
-        ids = tokens.encode(rows, torch.uint8)
-        at, spans = torch.arange(ids.shape[1]), torch.tensor(spans, dtype=torch.long).view(-1, 2)
-        return ids, (at >= spans[:, :1]) & (at < spans[:, 1:])
+        import polars as pl
+
+        rows = tokens.model_rows(pl.Series(prompts, dtype=pl.String), pl.Series(completions, dtype=pl.String))
+        if not rows["trainable"].all():
+            i = rows["trainable"].arg_min()
+            raise ValueError(f"not a trainable answer to {prompts[i]!r}: {completions[i]!r}")
+        ids = tokens.encode_column(rows["text"], torch.uint8)
+        at = torch.arange(ids.shape[1])
+        start = torch.from_numpy(rows["answer_start"].to_numpy().astype("int64")).view(-1, 1)
+        end = torch.from_numpy(rows["text"].str.len_bytes().to_numpy().astype("int64")).view(-1, 1)
+        return ids, (at >= start) & (at < end)
 
     def answer(self, model, prompts):
         return self._complete(model, prompts)

@@ -50,6 +50,48 @@ def encode(texts: list[str], dtype: torch.dtype = torch.long) -> torch.Tensor:
     return torch.from_numpy(ids.reshape(len(texts), longest)).to(dtype)
 
 
+def model_rows(prompts, answers):
+    """model_prompt + model_answer of every (prompt, answer) of two polars String Series at once, as a frame of
+    `text` and `answer_start` (where the answer begins), and `trainable`: false where the prompt is not a problem
+    or the answer not digits that fit its width."""
+    import polars as pl
+
+    from .problems import MAX_DIGITS, parts
+
+    a, b, n = pl.col("a"), pl.col("b"), pl.col("width")
+    answer = pl.col("answer").str.strip_chars_start("0")
+    answer = pl.when(answer == "").then(pl.lit("0")).otherwise(answer)
+    rows = parts(prompts).with_columns(answer=answers).with_columns(
+        width=pl.max_horizontal(a.str.len_bytes(), b.str.len_bytes()), answer=answer)
+    return rows.select(
+        text=pl.concat_str(a.str.zfill(n).str.reverse(), "op", b.str.zfill(n).str.reverse(), pl.lit("="),
+                           pl.col("answer").str.zfill(n + 1).str.reverse()),
+        answer_start=2 * n + 2,
+        trainable=(pl.col("valid") & pl.col("answer").str.contains(r"^[0-9]+$")
+                   & (pl.col("answer").str.len_bytes() <= pl.min_horizontal(n + 1, MAX_DIGITS + 1))).fill_null(False),
+    ).collect()
+
+
+def encode_column(texts, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """`encode` of a polars String Series, without a Python string per row: right-padded in polars, looked up from
+    the bytes arrow holds them in."""
+    import pyarrow as pa
+
+    if texts.len() == 0:
+        return torch.empty(0, 0, dtype=dtype)
+    longest = int(texts.str.len_bytes().max())
+    column = texts.str.pad_end(longest, PAD).to_arrow().cast(pa.large_string())
+    column = pa.concat_arrays(column.chunks) if isinstance(column, pa.ChunkedArray) else column
+    offsets = np.frombuffer(column.buffers()[1], dtype=np.int64, count=len(column) + 1, offset=column.offset * 8)
+    start, end = int(offsets[0]), int(offsets[-1])
+    if texts.null_count() or end - start != len(column) * longest:  # a character of several bytes: not ASCII
+        raise ValueError(f"a text to encode has a character outside {VOCAB!r}")
+    ids = _IDS[np.frombuffer(column.buffers()[2], dtype=np.uint8, count=end - start, offset=start)]
+    if (ids == _NOT_IN_VOCAB).any():
+        raise ValueError(f"a text to encode has a character outside {VOCAB!r}")
+    return torch.from_numpy(ids.reshape(len(column), longest)).to(dtype)
+
+
 def read_answer(token_ids: list[int]) -> str:
     """What a user sees: the digits back in reading order without leading zeros; junk stays visible."""
     text = "".join(VOCAB[i] for i in token_ids)[::-1]
