@@ -37,9 +37,9 @@ CHECKS = [
 def training_dataset(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
                      warehouse: Warehouse, registry: ModelRegistry) -> MaterializeResult:
     """A new dataset version (`datasets/<version>/train.parquet` and its manifest): the recipe's seed set, thumbs-up
-    answers and corrections from the warehouse and the champion's practice rows, each weighted by its source's
-    share in RMI_MIX; rows that touch the sealed evals are removed and counted. Blocking checks: no eval overlap,
-    no canary."""
+    answers and corrections from the warehouse and the champion's practice rows, each source weighted by its share
+    in RMI_MIX (the weights in the manifest); rows that touch the sealed evals are removed and counted. Streamed a
+    chunk at a time: memory does not grow with the history. Blocking checks: no eval overlap, no canary."""
     import tempfile
     from pathlib import Path
 

@@ -161,7 +161,7 @@ def _mined(recipe, warehouse: Warehouse, share: float) -> list[dict]:
     import polars as pl
 
     from ..ml.hygiene import canonical_hashes, mined_holdout
-    
+
     mined, seen, per_skill = [], set(), Counter()
     corrections = warehouse.stream("SELECT prompt, correction FROM feedback_events WHERE rating = 'down' AND "
                                    "correction IS NOT NULL ORDER BY ts DESC, event_id")
