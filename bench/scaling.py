@@ -2,6 +2,7 @@
 
     python bench/scaling.py                          feedback 10k, 100k, 1M, 10M events; every model size
     python bench/scaling.py --largest 1000000        a quicker run
+    python bench/scaling.py --volumes 10000000 100000000 --no-sizes      a 100M-event history (about 25 minutes)
 
 Part 1 runs each volume N in its own process and RMI_HOME (so the peak memory printed is that volume's): a first
 model (a few steps, not timed), then N synthetic events (bench/ingest.py's generator: arithmetic feedback of
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `rmi` and the tests: spinning threads stall shared cores
 
-VOLUMES = (10_000, 100_000, 1_000_000, 10_000_000)
+VOLUMES = (10_000, 100_000, 1_000_000, 10_000_000)  # and 100M on request (--volumes)
 BATCH = 1_000_000
 STAGES = ("ingest", "suite", "practice", "dataset", "training", "evaluation", "gate")
 STEPS = {"suite": "eval_suite", "practice": "practice", "dataset": "training_dataset", "training": "candidate_model",
@@ -173,6 +174,8 @@ def part2(rows: int, steps: dict[str, int]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--largest", type=int, default=VOLUMES[-1], help="largest feedback volume (0: skip part 1)")
+    parser.add_argument("--volumes", type=int, nargs="+", help="these feedback volumes instead (the first is the "
+                                                                 "baseline of the ratios)")
     parser.add_argument("--train-steps", type=int, default=100, help="training steps of the timed cycle")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # the child process of part 1
     parser.add_argument("--no-sizes", action="store_true", help="skip part 2")
@@ -184,8 +187,8 @@ def main() -> None:
         finally:
             shutil.rmtree(home, ignore_errors=True)  # up to a GB of store and warehouse per volume
         return
-    if args.largest:
-        part1([n for n in VOLUMES if n <= args.largest], args.train_steps)
+    if args.volumes or args.largest:
+        part1(args.volumes or [n for n in VOLUMES if n <= args.largest], args.train_steps)
     if not args.no_sizes:
         part2(2000, {"tiny": 100, "gpu": 3})
 

@@ -15,14 +15,13 @@ from pathlib import Path
 from .hygiene import canonical_hashes, mined_holdout, ngram_hashes
 from .mix import in_mix, mix_sources, weights
 
-COLUMNS = {"prompt": "String", "target": "String", "batch_id": "String", "source": "String", "scale": "Float64",
-           "reference": "String", "teacher": "String"}  # of every source's rows
 
-
-def schema():
+def schema() -> dict:
+    """The columns every source's rows come in."""
     import polars as pl
 
-    return {name: getattr(pl, kind) for name, kind in COLUMNS.items()}
+    return {"prompt": pl.String, "target": pl.String, "batch_id": pl.String, "source": pl.String,
+            "scale": pl.Float64, "reference": pl.String, "teacher": pl.String}
 
 
 @dataclass
@@ -42,10 +41,10 @@ class Built:
 
 
 def build(chunks, recipe, evals: dict, trained_batches: set[str], shares: dict[str, float], out: Path) -> Built:
-    """Rows from `chunks` (polars frames with COLUMNS, in order) into the Parquet file `out`, a row group a chunk,
-    checked against the eval manifest `evals`, each row given its mix (new feedback is that of batches not in
-    `trained_batches`); sources without a share are left out. The weights of the mix's sources (`Built.weights`)
-    need every source's count, so they are not in the file: the manifest carries them."""
+    """Rows from `chunks` (polars frames with the columns of `schema`, in order) into the Parquet file `out`, a row
+    group a chunk, checked against the eval manifest `evals`, each row given its mix (new feedback is that of
+    batches not in `trained_batches`); sources without a share are left out. The weights of the mix's sources
+    (`Built.weights`) need every source's count, so they are not in the file: the manifest carries them."""
     import polars as pl
     import pyarrow.parquet as pq
 

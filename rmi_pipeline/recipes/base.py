@@ -20,8 +20,6 @@ if TYPE_CHECKING:  # only for annotations: importing the contract must stay ligh
     import torch
 
 __all__ = ["Recipe", "Task", "load_recipe", "slice_name"]
-# the columns of Recipe.parse_prompts, as polars type names (polars stays out of the contract's import)
-PARSED_PROMPTS = {"valid": "Boolean", "canonical": "String", "skill": "String", "tier": "Int64"}
 
 
 class Recipe(ABC):
@@ -212,9 +210,10 @@ class Recipe(ABC):
 
 
 def parsed_prompts_schema() -> dict:
+    """The columns of Recipe.parse_prompts (polars is imported here: the contract's import stays light)."""
     import polars as pl
 
-    return {name: getattr(pl, kind) for name, kind in PARSED_PROMPTS.items()}
+    return {"valid": pl.Boolean, "canonical": pl.String, "skill": pl.String, "tier": pl.Int64}
 
 
 def load_recipe(import_path: str) -> Recipe:
