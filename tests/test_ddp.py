@@ -29,6 +29,21 @@ def test_each_process_draws_its_own_seeded_share_of_the_rows():
     assert list(rank_sampler(weights, 256, seed=4, rank=0)) != draws[0]
 
 
+def test_a_dataset_past_torch_multinomial_s_2_24_rows_is_drawn_by_weight():
+    """A 100M-event history makes more training rows than torch.multinomial takes (2^24): they are drawn by weight
+    all the same, never a row of weight 0."""
+    n = 2**24 + 1000
+    weights = torch.zeros(n, dtype=torch.float64)
+    weights[[10, n - 500, n - 1]] = torch.tensor([1.0, 3.0, 0.0], dtype=torch.float64)
+    weights[2000:2100] = 0.01  # a source of many rows with a small share: 1.0 in all
+    drawn = torch.tensor(list(rank_sampler(weights, 50_000, seed=3, rank=0)))
+    assert set(drawn.unique().tolist()) <= {10, n - 500, *range(2000, 2100)}
+    share = lambda rows: float(rows.sum()) / len(drawn)  # noqa: E731
+    assert abs(share(drawn == 10) - 0.2) < 0.01 and abs(share(drawn == n - 500) - 0.6) < 0.01
+    assert abs(share((drawn >= 2000) & (drawn < 2100)) - 0.2) < 0.01
+    assert list(rank_sampler(weights, 100, seed=3, rank=1)) != list(rank_sampler(weights, 100, seed=3, rank=0))
+
+
 def exact_match(recipe, module, tasks) -> np.ndarray:
     return np.array(recipe.correct(module.eval(), tasks), dtype=float)
 

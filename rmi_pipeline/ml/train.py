@@ -152,11 +152,19 @@ class _LengthBatches(torch.utils.data.Sampler):
             yield batch
 
 
-def rank_sampler(weights: torch.Tensor, rows: int, seed: int, rank: int) -> WeightedRandomSampler:
+MULTINOMIAL_ROWS = 2**24  # the most categories torch.multinomial (under WeightedRandomSampler) draws from
+
+
+def rank_sampler(weights: torch.Tensor, rows: int, seed: int, rank: int):
     """The rows one process trains on: drawn with replacement by weight, seeded by (seed, rank), so each process
-    of a DDP run draws its own share and rank 0 draws what a single process would."""
+    of a DDP run draws its own share and rank 0 draws what a single process would. Past 2^24 rows (a 100M-event
+    history) torch.multinomial refuses: rows are then drawn by inverting the weights' cumulative sum."""
     generator = torch.Generator().manual_seed(seed + 1_000_003 * rank)
-    return WeightedRandomSampler(weights, num_samples=rows, replacement=True, generator=generator)
+    if len(weights) <= MULTINOMIAL_ROWS:
+        return WeightedRandomSampler(weights, num_samples=rows, replacement=True, generator=generator)
+    cumulative = weights.double().cumsum(0)
+    drawn = torch.rand(rows, generator=generator, dtype=torch.float64) * cumulative[-1]
+    return torch.searchsorted(cumulative, drawn, right=True).clamp(max=len(weights) - 1).tolist()
 
 
 def fit(
