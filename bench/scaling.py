@@ -184,8 +184,11 @@ def main() -> None:
         home = Path(tempfile.mkdtemp(prefix=f"rmi-scaling-{args.one}-"))
         try:
             print(json.dumps(one_volume(args.one, args.train_steps, home)))
-        finally:
-            shutil.rmtree(home, ignore_errors=True)  # up to a GB of store and warehouse per volume
+        except BaseException:
+            print(f"the failed run's home is kept for a look: {home} (rmi status, rmi ui with RMI_HOME)",
+                  file=sys.stderr)
+            raise
+        shutil.rmtree(home, ignore_errors=True)  # up to a GB of store and warehouse per volume
         return
     if args.volumes or args.largest:
         part1(args.volumes or [n for n in VOLUMES if n <= args.largest], args.train_steps)
