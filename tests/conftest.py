@@ -19,7 +19,18 @@ FAST = {
     "RMI_ROLLOUT_SAMPLES": "4",
     "RMI_FAILED_PROMPTS": "100",
     "MLFLOW_DISABLE_TELEMETRY": "true",
+    "RMI_TRAINING_WORKER_IDLE_SECONDS": "120",  # a test's warm training worker goes soon after (and see below)
 }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_training_worker_left(tmp_path_factory):
+    """The warm training workers of this session's homes are stopped by their pid files when it ends."""
+    yield
+    from rmi_pipeline.training_worker import stop
+
+    for folder in tmp_path_factory.getbasetemp().rglob("training_worker"):
+        stop(folder)
 
 
 @pytest.fixture

@@ -1,13 +1,16 @@
 """Every feedback event lands exactly once, whatever dies: a kill during an ingest (through the CLI and through a
 sensor tick), several writers at once, a run whose process is gone, a link among the batch files."""
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 from dagster import (
     AssetMaterialization,
@@ -58,16 +61,23 @@ def killed(*argv) -> int:
     return subprocess.run([sys.executable, "-c", KILLED, *argv], capture_output=True, timeout=300).returncode
 
 
-def training_program_of(session: int) -> bool:
-    """Whether a training program runs in the process session `session` (from /proc: no polling of MLflow)."""
-    for entry in os.listdir("/proc"):
+def training_program(session: int, home: Path) -> psutil.Process | None:
+    """The training program started from the process session `session`: the warm worker's child that serves it
+    (the worker of `home` forks it), or a program started cold in the session."""
+    for pid_file in (home / "training_worker").glob("*.pid"):
         try:
-            if entry.isdigit() and os.getsid(int(entry)) == session and \
-                    b"rmi_pipeline.train_candidate" in open(f"/proc/{entry}/cmdline", "rb").read():
-                return True
+            children = psutil.Process(json.loads(pid_file.read_text())["pid"]).children()
+        except (OSError, ValueError, psutil.Error):
+            continue
+        if children:
+            return children[0]
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if os.getsid(proc.pid) == session and "rmi_pipeline.train_candidate" in (proc.info["cmdline"] or []):
+                return proc
         except OSError:
             continue
-    return False
+    return None
 
 
 def events_in(rmi_env) -> list[str]:
@@ -225,13 +235,14 @@ def test_a_cycle_killed_while_it_trains_moves_nothing_and_the_next_rmi_run_goes_
     proc = subprocess.Popen([sys.executable, "-m", "rmi_pipeline.cli.main", "run", "--cycles", "0", "--fresh"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     for _ in range(1200):  # until the training program it launched through Pipes is running
-        if proc.poll() is not None or training_program_of(proc.pid):
+        if proc.poll() is not None or (program := training_program(proc.pid, rmi_env.resolved_home)):
             break
         time.sleep(0.1)
     assert proc.poll() is None, "rmi run ended before it trained"
     time.sleep(1.0)  # into the fit
-    os.killpg(proc.pid, signal.SIGKILL)  # rmi run and the training program it started
+    os.killpg(proc.pid, signal.SIGKILL)  # rmi run and the Pipes client it started; the program goes with them
     proc.wait()
+    assert psutil.wait_procs([program], timeout=30)[0], "the training program outlived the run"
     registry = build_resources(Settings())["registry"]
     training = registry.client().search_runs([registry.client().get_experiment_by_name(registry.experiment)
                                               .experiment_id])

@@ -146,7 +146,7 @@ def test_parquet_with_unknown_columns_keeps_them_in_meta_and_typed_columns_are_c
 
 
 def test_a_later_ingest_process_runs_the_suite_without_importing_gx(tmp_path):
-    """Each ingest run is a process: GX compiles the suite once per hour, later runs read it from RMI_HOME/cache."""
+    """Each ingest run is a process: GX compiles the suite once, later runs read it from RMI_CACHE_DIR."""
     code = ("import sys; from pathlib import Path; from rmi_pipeline.schema import parse_batch; "
             f"p = parse_batch('b.jsonl', {event(1, rating='meh').encode()!r}, 'b', 4096, Path({str(tmp_path)!r})); "
             "print(p.failed_expectations, 'great_expectations' in sys.modules)")
@@ -158,5 +158,19 @@ def test_a_later_ingest_process_runs_the_suite_without_importing_gx(tmp_path):
 
     counts = "{'expect_column_values_to_be_in_set(rating)': 1}"
     assert run() == f"{counts} True"
-    later = [run() for _ in range(2)]  # two, in case the hour turned in between
-    assert f"{counts} False" in later and all(out.startswith(counts) for out in later)
+    assert run() == f"{counts} False"
+
+
+def test_the_compiled_suite_s_future_bound_is_the_clock_s_at_every_check(tmp_path):
+    """The rules are compiled once for good, so 'ts is in the future' must take the clock's time when it runs: a
+    day and an hour ahead of now is quarantined, an hour ahead is not (the clocks of clients may differ by a day)."""
+    from datetime import UTC, datetime, timedelta
+
+    def ahead(hours: float) -> str:
+        return (datetime.now(UTC) + timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    batch = "\n".join([event(1, ts=ahead(1)), event(2, ts=ahead(25))]).encode()
+    for _ in range(2):  # compiled, then from the cache
+        parsed = parse_batch("b.jsonl", batch, "b", 4096, tmp_path)
+        assert [e["event_id"] for e in parsed.events] == ["ev-1"]
+        assert [q["reason"] for q in parsed.quarantined] == ["ts is in the future"]

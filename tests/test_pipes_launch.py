@@ -8,7 +8,8 @@ from pathlib import Path
 
 from dagster import PipesSubprocessClient
 
-from rmi_pipeline.resources.training_launcher import build_training_launcher
+from rmi_pipeline.resources.training_launcher import WarmSubprocessClient, build_training_launcher
+from rmi_pipeline.settings import Settings
 
 DEPLOY = (Path(__file__).resolve().parent.parent / "deploy" / "README.md").read_text()
 
@@ -22,12 +23,14 @@ def pod_wrapper() -> types.ModuleType:
     return module
 
 
-def test_the_default_launcher_is_a_local_subprocess_and_another_is_named_by_import_path(monkeypatch):
-    assert isinstance(build_training_launcher("subprocess"), PipesSubprocessClient)
+def test_the_default_launcher_is_a_warm_local_worker_and_another_is_named_by_import_path(monkeypatch, tmp_path):
+    launcher = lambda spec: build_training_launcher(Settings(home=tmp_path, training_launcher=spec))  # noqa: E731
+    assert Settings().training_launcher == "warm" and isinstance(launcher("warm"), WarmSubprocessClient)
+    assert type(launcher("subprocess")) is PipesSubprocessClient
     monkeypatch.setitem(sys.modules, "rmi_training_pod", pod_wrapper())
     from dagster_k8s import PipesK8sClient
 
-    assert isinstance(build_training_launcher("rmi_training_pod:training_pod"), PipesK8sClient)
+    assert isinstance(launcher("rmi_training_pod:training_pod"), PipesK8sClient)
 
 
 def test_the_documented_training_pod_runs_the_program_on_gpus():

@@ -37,6 +37,7 @@ def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles afte
     from ..automation.dead_runs import fail_dead_runs
     from ..definitions import build_definitions
     from ..serving.process import running_gateway
+    from ..training_worker import stop_training_workers
     from ..world import World
     from .report import learning_curve, summary_table, write_summary
 
@@ -47,12 +48,15 @@ def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles afte
     started = time.perf_counter()
     # the gateway looks for a new champion every second here, so each cycle's users meet the latest one
     env = {"RMI_SERVE_RELOAD_SECONDS": os.environ.get("RMI_SERVE_RELOAD_SECONDS", "1")}
-    with running_gateway(env, log_file=home / "serve.log") as (url, _):
-        say(f"rmi serve answers the world's users on {url} (its log: {home / 'serve.log'})")
-        world = World(settings, url, client_key(settings))
-        records = _cycles(cycles, defs, instance, world)
-        closing = (_closing_round(cycles + 1, defs, instance, world, records)
-                   if records and not records[-1].interrupted else None)
+    try:
+        with running_gateway(env, log_file=home / "serve.log") as (url, _):
+            say(f"rmi serve answers the world's users on {url} (its log: {home / 'serve.log'})")
+            world = World(settings, url, client_key(settings))
+            records = _cycles(cycles, defs, instance, world)
+            closing = (_closing_round(cycles + 1, defs, instance, world, records)
+                       if records and not records[-1].interrupted else None)
+    finally:
+        stop_training_workers(home)  # a one-shot command leaves no process behind
     say("")
     say(summary_table(records))
     if closing:

@@ -20,6 +20,7 @@ from typing import Annotated
 import typer
 
 from ..settings import Settings
+from ..training_worker import stop_training_workers
 from .home import prepare_home, say
 
 QUIET_TICKS = ("Checking for new runs for sensor", "Checking for new runs for schedule", "Skipping ")
@@ -58,6 +59,7 @@ def ui(port: Annotated[int, typer.Option(help="Port of the web UI on 127.0.0.1."
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+        stop_training_workers(settings.resolved_home)  # the runs' warm worker goes with the daemon that used it
     return 0 if stopping else max(proc.returncode or 0 for proc in procs) or 1
 
 

@@ -36,5 +36,5 @@ def build_resources(settings: Settings) -> dict:
             else f"file://{settings.resolved_home / 'mlartifacts'}",
             model_name=settings.model_name,
         ),
-        "training_launcher": build_training_launcher(settings.training_launcher),
+        "training_launcher": build_training_launcher(settings),
     }

@@ -1,23 +1,51 @@
 """What starts the training program: a Dagster Pipes client, chosen by RMI_TRAINING_LAUNCHER.
 
-`subprocess` (the default) runs `python -m rmi_pipeline.train_candidate` next to the Dagster run. A deployment
-names a function instead, 'module:function', that returns another Pipes client: a PipesK8sClient that runs the
-same program in a GPU pod (deploy/README.md). candidate_model calls `run(context=, command=, extras=)` on it.
+`warm` (the default) runs it next to the Dagster run through a warm worker that has torch and Lightning imported
+already, a forked process per candidate (rmi_pipeline/training_worker.py); `subprocess` starts
+`python -m rmi_pipeline.train_candidate` cold every time. A deployment names a function instead, 'module:function',
+that returns another Pipes client: a PipesK8sClient that runs the same program in a GPU pod (deploy/README.md).
+candidate_model calls `run(context=, command=, extras=)` on it.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+from pathlib import Path
 
 from dagster import PipesClient, PipesSubprocessClient
 
+from ..settings import Settings
+from ..training_worker import FOLDER, IDLE
 
-def build_training_launcher(spec: str) -> PipesClient:
+
+class WarmSubprocessClient(PipesSubprocessClient):
+    """A PipesSubprocessClient whose command reaches the warm worker of `folder`; training on more than one
+    process (DDP) starts cold, since Lightning starts the others from the command line."""
+
+    def __init__(self, folder: Path, idle_seconds: float):
+        super().__init__(env={FOLDER: str(folder), IDLE: str(idle_seconds)})
+
+    def run(self, *, context, command, extras=None, env=None, cwd=None):
+        trainer = (extras or {}).get("trainer") or {}
+        if _one_process(trainer):
+            command = [sys.executable, "-m", "rmi_pipeline.training_worker"]
+        return super().run(context=context, command=command, extras=extras, env=env, cwd=cwd)
+
+
+def _one_process(trainer: dict) -> bool:
+    return str(trainer.get("devices", "1")) == "1" and int(trainer.get("num_nodes", 1)) == 1
+
+
+def build_training_launcher(settings: Settings) -> PipesClient:
+    spec = settings.training_launcher
+    if spec == "warm":
+        return WarmSubprocessClient(settings.resolved_home / "training_worker", settings.training_worker_idle_seconds)
     if spec == "subprocess":
         return PipesSubprocessClient()
     module, _, name = spec.partition(":")
     if not name:
-        raise ValueError(f"RMI_TRAINING_LAUNCHER must be 'subprocess' or 'module:function', not {spec!r}")
+        raise ValueError(f"RMI_TRAINING_LAUNCHER must be 'warm', 'subprocess' or 'module:function', not {spec!r}")
     client = getattr(importlib.import_module(module), name)()
     if not isinstance(client, PipesClient):
         raise TypeError(f"{spec} returned {type(client).__name__}, not a Dagster Pipes client")

@@ -15,9 +15,8 @@ runs those queries in one DuckDB statement: the rows GX would flag, with counts 
 from __future__ import annotations
 
 import os
-import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
@@ -25,6 +24,9 @@ from pathlib import Path
 from .fields import EVENT_COLUMNS, FIELDS, REQUIRED_TEXT, SCHEMA_VERSION, STAGING, TEXT_FIELDS
 
 MAX_CLOCK_SKEW = timedelta(days=1)
+# the suite is compiled with this as "now" and the check puts the real bound where GX wrote it: the compiled rules
+# then hold until the suite or a version changes, not for an hour
+COMPILED_NOW = datetime(2999, 1, 1, tzinfo=UTC)
 EARLIEST_TS = datetime(2000, 1, 1, tzinfo=UTC)  # older clocks are unset or wrong, not feedback
 RFC3339 = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})?$"
 HAS_ZONE = r"(Z|[+-]\d{2}:\d{2})$"
@@ -107,7 +109,7 @@ def check(rows, batch_id: str | None, max_text_chars: int, cache_dir: Path | Non
     """Run the suite on staging rows (an Arrow table with STAGING columns) in one DuckDB pass."""
     import polars as pl
 
-    rules = compiled_rules(max_text_chars, _hour(), cache_dir)
+    rules = _now(compiled_rules(max_text_chars, cache_dir))
     dup = _ids([i for i, r in enumerate(rules) if r.action == DUPLICATE])
     conn = _database().cursor()  # its own connection: temp tables are private to it and go with it
     try:
@@ -157,17 +159,23 @@ def _ids(ids: list[int]) -> str:
     return ", ".join(map(str, ids)) or "-1"
 
 
-def _hour() -> int:
-    """The suite's 'not in the future' bound moves with the clock: compiled rules are reused for an hour."""
-    return int(time.time() // 3600)
+def _bound(now: datetime) -> str:
+    """The 'not in the future' bound as GX writes a timestamp into SQL."""
+    return f"'{now.replace(microsecond=0) + MAX_CLOCK_SKEW}'"
+
+
+def _now(rules: list[Rule]) -> list[Rule]:
+    """The rules with the clock's bound where GX wrote COMPILED_NOW's."""
+    bound = _bound(datetime.now(UTC))
+    return [replace(r, sql=r.sql.replace(_bound(COMPILED_NOW), bound)) for r in rules]
 
 
 @lru_cache(maxsize=4)
-def compiled_rules(max_text_chars: int, hour: int, cache_dir: Path | None = None) -> list[Rule]:
-    """Each expectation's failing-row SQL, as GX writes it for DuckDB.
+def compiled_rules(max_text_chars: int, cache_dir: Path | None = None) -> list[Rule]:
+    """Each expectation's failing-row SQL, as GX writes it for DuckDB (with COMPILED_NOW's bound: see _now).
 
-    Every ingest run is a process of its own, and importing GX costs seconds: what GX wrote is kept for the hour
-    in `cache_dir` (RMI_HOME/cache), keyed by the source of the suite, its fields and its dialect and by the
+    Every ingest run is a process of its own, and importing GX costs seconds: what GX wrote is kept in `cache_dir`
+    (RMI_CACHE_DIR, shared by every home), keyed by the source of the suite, its fields and its dialect and by the
     versions that wrote it. Without a `cache_dir` the rules are compiled once per process."""
     import hashlib
     import json
@@ -176,16 +184,16 @@ def compiled_rules(max_text_chars: int, hour: int, cache_dir: Path | None = None
     from . import fields, gx_duckdb
 
     if cache_dir is None:
-        return _compile(max_text_chars, hour)
+        return _compile(max_text_chars)
     sources = [Path(m.__file__).read_text() for m in (fields, gx_duckdb)] + [Path(__file__).read_text()]
     versions = [metadata.version(p) for p in ("great-expectations", "duckdb-engine", "sqlalchemy", "duckdb")]
-    key = hashlib.sha256(json.dumps([sources, versions, max_text_chars, hour]).encode())
+    key = hashlib.sha256(json.dumps([sources, versions, max_text_chars]).encode())
     cached = cache_dir / f"feedback-suite-{key.hexdigest()[:16]}.json"
     try:
         return [Rule(**r) for r in json.loads(cached.read_text())]
     except (OSError, ValueError, TypeError):
         pass
-    rules = _compile(max_text_chars, hour)
+    rules = _compile(max_text_chars)
     cached.parent.mkdir(parents=True, exist_ok=True)
     partial = cached.with_suffix(f".{os.getpid()}.partial")
     partial.write_text(json.dumps([asdict(r) for r in rules]))
@@ -193,7 +201,7 @@ def compiled_rules(max_text_chars: int, hour: int, cache_dir: Path | None = None
     return rules
 
 
-def _compile(max_text_chars: int, hour: int) -> list[Rule]:
+def _compile(max_text_chars: int) -> list[Rule]:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     import great_expectations as gx
     import sqlalchemy as sa
@@ -201,8 +209,7 @@ def _compile(max_text_chars: int, hour: int) -> list[Rule]:
     from .gx_duckdb import register_dialect
 
     register_dialect()
-    now = datetime.fromtimestamp(hour * 3600, UTC) + timedelta(hours=1)
-    rules = suite_rules(max_text_chars, now)
+    rules = suite_rules(max_text_chars, COMPILED_NOW)
     url = f"duckdb+rmi:///:memory:rmi_rules_{uuid.uuid4().hex}"  # GX opens several connections: a named database
     engine = sa.create_engine(url)
     try:
@@ -227,6 +234,8 @@ def _compile(max_text_chars: int, hour: int) -> list[Rule]:
         if not sql.get(i):
             failed = next(r for r in result.results if r.expectation_config.meta["rule"] == i)
             raise RuntimeError(f"GX could not compile {expectation.expectation_type}: {failed.exception_info}")
+    if not any(_bound(COMPILED_NOW) in q for q in sql.values()):
+        raise RuntimeError(f"GX wrote the 'ts is in the future' bound otherwise than {_bound(COMPILED_NOW)}")
     return [Rule(label(e), reason, action, sql[i]) for i, (e, reason, action) in enumerate(rules)]
 
 
@@ -241,5 +250,5 @@ def label(expectation) -> str:
 
 
 if __name__ == "__main__":
-    for rule in compiled_rules(4096, _hour()):
+    for rule in _now(compiled_rules(4096)):
         print(f"{rule.expectation}  [{rule.action}: {rule.reason}]\n    {' '.join(rule.sql.split())}\n")

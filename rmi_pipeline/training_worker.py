@@ -1,0 +1,333 @@
+"""The warm training program: torch and Lightning imported once, then one forked training program per candidate.
+
+    python -m rmi_pipeline.training_worker           (candidate_model's command by default; never by hand)
+    python -m rmi_pipeline.training_worker --stop    stops the warm workers of RMI_HOME
+
+Starting the training program cold costs seconds of imports per candidate (Lightning alone pulls in torch._dynamo,
+scipy.signal, torchmetrics and transformers), most of what a cycle spends outside compute. So the launcher's command
+is this module's client instead: it connects to the warm worker of this home and environment (starting one if none
+answers), hands over its environment, working folder and standard streams, and waits. The worker forks a child that
+runs `train_candidate.main()` with them: every candidate still trains in a process of its own, outside the Dagster
+run, with the Pipes context in its environment; only the imported modules are shared, copy on write. The worker
+itself never runs torch (no threads, no CUDA before a fork).
+
+The client exits with the child's status; SIGINT or SIGTERM to the client goes to the child; a client that dies
+takes its child with it (the worker sees its connection close). The worker exits when idle for
+RMI_TRAINING_WORKER_IDLE_SECONDS, when its folder is gone, or on --stop. Whatever keeps the warm path from working
+(a worker that does not start, CUDA already initialized) runs the training program cold in the client instead:
+slower, never different. Multi-process training (DDP) is launched cold by the launcher: Lightning starts the other
+processes from the command line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+COLD = [sys.executable, "-m", "rmi_pipeline.train_candidate"]
+FOLDER = "RMI_TRAINING_WORKER_DIR"  # set by the launcher: RMI_HOME/training_worker (pid and log files)
+IDLE = "RMI_TRAINING_WORKER_IDLE_SECONDS"  # set by the launcher from the settings
+# not polars or pyarrow: they start threads (an out-of-core cleaner, jemalloc's) when imported, and a fork copies
+# none of them, with whatever locks they hold; each child imports those two itself (0.4 s)
+PRELOAD = ("torch", "lightning", "fsspec", "rmi_pipeline.train_candidate", "rmi_pipeline.ml.train",
+           "rmi_pipeline.ml.objective", "rmi_pipeline.ml.rl", "rmi_pipeline.settings")
+# environment read when modules load (threads, devices, paths): a worker serves only clients that agree on these
+SHAPING = ("OMP_", "MKL_", "OPENBLAS_", "CUDA_", "PYTORCH_", "TORCH", "NCCL_", "PYTHON", "LD_", "HF_",
+           "TRANSFORMERS_", "RMI_RECIPE", "PATH", "VIRTUAL_ENV", FOLDER)
+SET_BY_IMPORTS = ("TORCHINDUCTOR_CACHE_DIR", "PYTORCH_NVML_BASED_CUDA_CHECK")  # torch and Lightning set these
+START_SECONDS = 180.0  # a worker that has not answered by then is given up on: the client trains cold
+
+
+def worker_key(env: dict[str, str]) -> str:
+    """Which worker serves a client: the interpreter, the code as it stands on disk, the shaping environment."""
+    code = Path(__file__).parent
+    stamp = max(p.stat().st_mtime_ns for p in code.rglob("*.py"))
+    shaping = sorted((k, v) for k, v in env.items() if k.startswith(SHAPING) and k not in SET_BY_IMPORTS)
+    return hashlib.sha256(json.dumps([sys.executable, str(code), stamp, shaping]).encode()).hexdigest()[:16]
+
+
+def socket_path(key: str) -> str:
+    """In the temporary folder: a Unix socket's path may hold about 100 characters, an RMI_HOME more."""
+    return os.path.join(tempfile.gettempdir(), f"rmi-training-{key}.sock")
+
+
+# messages: a 4-byte length, then JSON
+
+def _send(conn: socket.socket, message: dict, fds: list[int] | None = None) -> None:
+    data = json.dumps(message).encode()
+    frame = struct.pack("!I", len(data)) + data
+    if fds:
+        socket.send_fds(conn, [frame], fds)
+    else:
+        conn.sendall(frame)
+
+
+def _receive(conn: socket.socket, with_fds: int = 0) -> tuple[dict | None, list[int]]:
+    """One message (None when the other side closed), and the file descriptors sent with it."""
+    head, fds = b"", []
+    while len(head) < 4:
+        if with_fds and not fds:
+            chunk, fds, _, _ = socket.recv_fds(conn, 4 - len(head), with_fds)
+        else:
+            chunk = conn.recv(4 - len(head))
+        if not chunk:
+            return None, fds
+        head += chunk
+    size, body = struct.unpack("!I", head)[0], b""
+    while len(body) < size:
+        chunk = conn.recv(size - len(body))
+        if not chunk:
+            return None, fds
+        body += chunk
+    return json.loads(body), fds
+
+
+# the client: what the launcher runs
+
+def client() -> int:
+    env = dict(os.environ)
+    try:
+        conn = _connect(env)
+    except OSError as exc:
+        return _cold(f"no warm training worker ({exc})")
+    _send(conn, {"env": env, "cwd": os.getcwd()}, [0, 1, 2])
+    reply, _ = _receive(conn)
+    if not reply or "pid" not in reply:
+        return _cold((reply or {}).get("cold", "the warm training worker closed the connection"))
+    child = reply["pid"]
+
+    def forward(signum, _frame):
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    reply, _ = _receive(conn)  # a signal's handler runs and the read goes on (PEP 475)
+    if reply is None:  # the worker died under its child
+        print("training worker: lost the worker while training", file=sys.stderr)
+        return 1
+    return reply["exit"]
+
+
+def _cold(reason: str) -> int:
+    print(f"training worker: {reason}; training cold instead", file=sys.stderr, flush=True)
+    os.execv(COLD[0], COLD)
+
+
+def _connect(env: dict[str, str]) -> socket.socket:
+    """The connection to this environment's worker, started if none answers (one start at a time per key)."""
+    import fcntl
+
+    key = worker_key(env)
+    path = socket_path(key)
+    try:
+        return _open(path)
+    except OSError:
+        pass
+    folder = Path(env[FOLDER])
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return _open(path)
+        except OSError:
+            pass
+        with open(folder / f"{key}.log", "ab") as log:
+            worker = subprocess.Popen([sys.executable, "-m", "rmi_pipeline.training_worker", "--serve", path],
+                                      env={k: v for k, v in env.items() if not k.startswith("DAGSTER_PIPES_")},
+                                      stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline:
+            if worker.poll() is not None:
+                raise OSError(f"the worker exited with {worker.returncode}: see {folder / f'{key}.log'}")
+            try:
+                return _open(path)
+            except OSError:
+                time.sleep(0.05)
+        raise OSError(f"the worker did not answer within {START_SECONDS:.0f} s")
+
+
+def _open(path: str) -> socket.socket:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+    except OSError:
+        conn.close()
+        raise
+    return conn
+
+
+# the worker
+
+def serve(path: str) -> int:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when torch loads its OpenMP: as the program
+    for name in PRELOAD + ((os.environ.get("RMI_RECIPE", "").partition(":")[0],) if os.environ.get("RMI_RECIPE")
+                           else ()):
+        importlib.import_module(name)
+    folder = Path(os.environ[FOLDER])
+    idle_seconds = float(os.environ[IDLE])
+    pid_file = folder / (Path(path).stem.removeprefix("rmi-training-") + ".pid")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        os.unlink(path)  # a worker that died left its socket
+    except FileNotFoundError:
+        pass
+    listener.bind(path)
+    listener.listen(16)
+    pid_file.write_text(json.dumps({"pid": os.getpid(), "socket": path}))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(f"training worker {os.getpid()} ready on {path}", flush=True)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    children: dict[int, socket.socket] = {}  # child pid -> its client's connection
+    last_busy = time.monotonic()
+    try:
+        while True:
+            for key, _ in selector.select(timeout=0.2):
+                if key.fileobj is listener:
+                    conn, _ = listener.accept()
+                    if _start(conn, children, selector, listener) == "stop":
+                        return 0
+                else:  # a client closed its connection: its child goes too
+                    pid = key.data
+                    selector.unregister(key.fileobj)
+                    _end(pid, signal.SIGTERM)
+            for pid in list(children):
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    conn = children.pop(pid)
+                    if conn.fileno() >= 0:
+                        try:
+                            selector.unregister(conn)
+                        except (KeyError, ValueError):
+                            pass
+                        try:
+                            _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
+                        except OSError:
+                            pass
+                        conn.close()
+            if children:
+                last_busy = time.monotonic()
+            elif time.monotonic() - last_busy > idle_seconds or not folder.exists() or not os.path.exists(path):
+                return 0
+    finally:
+        for pid in children:
+            _end(pid, signal.SIGTERM)
+        if os.path.exists(path):
+            os.unlink(path)
+        pid_file.unlink(missing_ok=True)
+
+
+def _start(conn: socket.socket, children: dict, selector, listener: socket.socket) -> str | None:
+    """Fork the training program for one client, or answer a stop."""
+    request, fds = _receive(conn, with_fds=3)
+    if request is None or request.get("stop"):
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return "stop" if request else None
+    import torch
+
+    if torch.cuda.is_initialized():  # a CUDA context does not survive fork
+        _send(conn, {"cold": "CUDA is initialized in the worker"})
+        conn.close()
+        return None
+    pid = os.fork()
+    if pid == 0:  # the worker's own sockets close in the child: a client must see EOF if the worker dies
+        for inherited in (listener, selector, *children.values()):
+            inherited.close()
+        conn.close()
+        _child(request, fds)
+    for fd in fds:
+        os.close(fd)
+    _send(conn, {"pid": pid})
+    children[pid] = conn
+    selector.register(conn, selectors.EVENT_READ, pid)
+    return None
+
+
+def _child(request: dict, fds: list[int]) -> None:
+    """In the forked child: become the training program the client would have started, then exit."""
+    code = 1
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the worker's own handler is not the program's
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        sys.stdin, sys.stdout, sys.stderr = (open(0, closefd=False), open(1, "w", closefd=False),
+                                             open(2, "w", closefd=False))
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        from . import train_candidate
+
+        sys.argv = [train_candidate.__file__]
+        code = train_candidate.main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed stream must not keep the child from exiting
+                pass
+        os._exit(code)
+
+
+def _end(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def stop_training_workers(home: Path) -> int:
+    """Stop the warm workers of an RMI_HOME; returns how many were asked to."""
+    return stop(Path(home) / "training_worker")
+
+
+def stop(folder: Path) -> int:
+    """Stop every warm worker whose pid file is in `folder`; returns how many were asked to."""
+    stopped = 0
+    for pid_file in Path(folder).glob("*.pid"):
+        try:
+            conn = _open(json.loads(pid_file.read_text())["socket"])
+            _send(conn, {"stop": True})
+            conn.close()
+            stopped += 1
+        except (OSError, ValueError, KeyError):
+            pid_file.unlink(missing_ok=True)  # its worker is gone
+    return stopped
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--serve"]:
+        return serve(argv[1])
+    if argv[:1] == ["--stop"]:
+        folder = os.environ.get(FOLDER) or str(Path(os.environ.get("RMI_HOME", ".rmi")) / "training_worker")
+        print(f"stopped {stop(Path(folder))} training worker(s)")
+        return 0
+    if FOLDER not in os.environ or IDLE not in os.environ:
+        print("training_worker runs under Dagster Pipes: materialize candidate_model instead", file=sys.stderr)
+        return 2
+    return client()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,117 @@
+"""The warm training worker: imports paid once, every candidate still trained in a process of its own, and the
+same candidate as the cold training program would train."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import torch
+from dagster import AssetKey, instance_for_test
+from dagster_pipes import encode_env_var
+
+from rmi_pipeline.cli.home import prepare_home
+from rmi_pipeline.definitions import build_definitions
+from rmi_pipeline.recipes.base import load_recipe
+from rmi_pipeline.settings import Settings
+from rmi_pipeline.training_worker import FOLDER, IDLE, stop
+from rmi_pipeline.world import World
+
+CLIENT = [sys.executable, "-m", "rmi_pipeline.training_worker"]
+
+
+def the_worker(folder: Path) -> psutil.Process:
+    (pid_file,) = folder.glob("*.pid")
+    return psutil.Process(json.loads(pid_file.read_text())["pid"])
+
+
+def blocked_training(tmp_path: Path) -> dict:
+    """The environment of a training program under Pipes whose warm start is a named pipe nobody writes: it waits
+    there until it is stopped."""
+    fifo = tmp_path / "champion.ckpt"
+    os.mkfifo(fifo)
+    context = tmp_path / "context.json"
+    context.write_text(json.dumps({
+        "asset_keys": ["candidate_model"], "code_version_by_asset_key": None, "provenance_by_asset_key": None,
+        "partition_key": None, "partition_key_range": None, "partition_time_window": None, "run_id": "test",
+        "job_name": None, "retry_number": 0,
+        "extras": {"recipe": Settings().recipe, "steps": 1, "seed": 0, "warm_start_uri": f"file://{fifo}",
+                   "learning_rate": 1e-3}}))
+    return {"DAGSTER_PIPES_CONTEXT": encode_env_var({"path": str(context)}),
+            "DAGSTER_PIPES_MESSAGES": encode_env_var({"path": str(tmp_path / "messages.jsonl")})}
+
+
+def test_each_candidate_trains_in_a_child_of_one_warm_worker_that_a_dying_client_takes_along(tmp_path):
+    folder = tmp_path / "training_worker"
+    env = {**os.environ, FOLDER: str(folder), IDLE: "60"}
+    env.pop("DAGSTER_PIPES_CONTEXT", None)
+
+    # outside Pipes the program refuses, and the child's refusal reaches the client's own stderr and exit status
+    first = subprocess.run(CLIENT, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 2 and "materialize candidate_model" in first.stderr
+    worker = the_worker(folder)
+    again = subprocess.run(CLIENT, env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2 and the_worker(folder).pid == worker.pid  # the same worker, warm
+    assert worker.children() == []  # each program was a child of its own, and is gone
+
+    # a client killed while its program trains takes the program with it; the worker stays
+    client = subprocess.Popen(CLIENT, env={**env, **blocked_training(tmp_path)})
+    deadline = time.monotonic() + 60
+    while not worker.children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (child,) = worker.children()
+    assert child.pid != client.pid
+    client.kill()
+    client.wait()
+    gone, _ = psutil.wait_procs([child], timeout=30)
+    assert gone and worker.is_running()
+
+    # Ctrl-C (as Dagster sends when a run is terminated) reaches the program, and its status comes back
+    (tmp_path / "second").mkdir()
+    client = subprocess.Popen(CLIENT, env={**env, **blocked_training(tmp_path / "second")}, stderr=subprocess.PIPE,
+                              text=True)
+    while not worker.children() and time.monotonic() < deadline + 60:
+        time.sleep(0.05)
+    client.send_signal(signal.SIGINT)
+    _, err = client.communicate(timeout=60)
+    assert client.returncode != 0 and "KeyboardInterrupt" in err
+    assert worker.children() == []
+
+    assert stop(folder) == 1
+    psutil.wait_procs([worker], timeout=30)
+    assert not worker.is_running() and list(folder.glob("*.pid")) == []
+
+
+def test_a_warm_candidate_is_the_cold_program_s_candidate_weight_for_weight(rmi_env, monkeypatch):
+    """Same dataset, same seed: the candidate of the warm worker and that of `python -m train_candidate` started
+    cold have the same weights (so the warm path changes the time, nothing else)."""
+    monkeypatch.setenv("RMI_BOOTSTRAP_STEPS", "60")
+    prepare_home(rmi_env)
+    World(rmi_env).ensure_eval_suite()
+    up_to_training = [AssetKey(k) for k in ("eval_suite", "practice", "training_dataset", "candidate_model")]
+    with instance_for_test() as instance:
+        warm = build_definitions(Settings()).resolve_job_def("improvement_cycle")
+        assert warm.execute_in_process(instance=instance, asset_selection=up_to_training).success
+        # the next candidate from no champion is the turn's second (seed + 1000): the same seed, started cold
+        monkeypatch.setenv("RMI_TRAINING_LAUNCHER", "subprocess")
+        monkeypatch.setenv("RMI_SEED", str(rmi_env.seed - 1000))
+        cold_defs = build_definitions(Settings())
+        cold = cold_defs.resolve_job_def("improvement_cycle")
+        assert cold.execute_in_process(instance=instance, asset_selection=[AssetKey("candidate_model")]).success
+    worker = the_worker(rmi_env.resolved_home / "training_worker")  # the first candidate's
+    assert stop(rmi_env.resolved_home / "training_worker") == 1
+    psutil.wait_procs([worker], timeout=30)
+
+    registry = cold_defs.resources["registry"]
+    recipe = load_recipe(rmi_env.recipe)
+    client = registry.client()
+    runs = {v: client.get_run(client.get_model_version(rmi_env.model_name, v).run_id).data for v in ("1", "2")}
+    assert runs["1"].params["seed"] == runs["2"].params["seed"]
+    assert runs["1"].metrics["steps_done"] == runs["2"].metrics["steps_done"] == 60
+    first, second = registry.load("1", recipe).state_dict(), registry.load("2", recipe).state_dict()
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
