@@ -4,6 +4,7 @@ training_dataset mixes these rows with the feedback; each source is turned off b
 """
 
 import random
+import time
 
 from dagster import AssetExecutionContext, MaterializeResult, ResourceParam, asset
 
@@ -44,8 +45,10 @@ def practice(context: AssetExecutionContext, settings: ResourceParam[Settings], 
                            "ORDER BY ts DESC, event_id LIMIT ?", [str(champion.version), 4 * settings.failed_prompts])
     failed = retry_prompts(recipe, down["prompt"].to_list(), settings.mined_share, settings.failed_prompts)
     last = reach(recipe, storage.read_json(layout.EVAL_MANIFEST)["slices"])
+    started = time.perf_counter()
     made = practise(recipe, model, mix, failed, rng, seed, practice=settings.practice, sampling=settings.sampling,
                     self_labelling=settings.self_labelling, reach=last)
+    compute_seconds = time.perf_counter() - started  # the champion's decoding and the verifier
     if made.failed_prompts is not None:
         storage.write_json(layout.practice_failed(champion.version), {"prompts": made.failed_prompts})
 
@@ -59,5 +62,6 @@ def practice(context: AssetExecutionContext, settings: ResourceParam[Settings], 
     counts = {r["source"]: r["len"] for r in frame.group_by("source").len().to_dicts()}
     context.log.info(f"practice from champion v{champion.version}: {counts}")
     meta = {"champion_version": str(champion.version), "retry": retry,
+            "practice_compute_seconds": round(compute_seconds, 2),
             **{f"reach {s}": t for s, t in last.items()}, **made.meta}
     return MaterializeResult(metadata={**meta, **{f"rows_{s}": n for s, n in counts.items()}, "rows": len(frame)})
