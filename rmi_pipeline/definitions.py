@@ -16,12 +16,24 @@ def build_definitions(settings: Settings) -> Definitions:
     return Definitions(
         assets=catalogued(ALL, settings),
         jobs=[ingest_feedback, improvement_cycle, health_check, canary_trial],
-        sensors=[new_feedback_sensor, enough_feedback_sensor, regression_sensor, canary_sensor, health_after_ingest,
-                 health_after_cycle, run_failure_alert, alert_outbox, dead_run_sensor],
+        sensors=[*(every(s, settings.sensor_interval_seconds) for s in (
+            new_feedback_sensor, enough_feedback_sensor, regression_sensor, canary_sensor, health_after_ingest,
+            health_after_cycle, run_failure_alert)), alert_outbox, dead_run_sensor],  # those two: every minute
         schedules=[health_schedule(settings.health_cron)],
         resources=build_resources(settings),
         executor=in_process_executor,  # one process per run: a step in its own process costs ~3 s of start-up
     )
+
+
+def every(sensor, seconds: int):
+    """The sensor evaluated at most every `seconds` under the daemon (RMI_SENSOR_INTERVAL_SECONDS). Dagster sets
+    the interval only in the decorator, and the loop's sensors are module-level, so the copy gets its attribute
+    (tests/test_definitions.py checks that Dagster reads it)."""
+    import copy
+
+    tuned = copy.copy(sensor)
+    tuned._min_interval = seconds
+    return tuned
 
 
 USER_TEXT = {"feedback_batch", "feedback_events", "training_dataset"}  # hold what users wrote: untrusted, personal

@@ -247,6 +247,9 @@ class Settings(BaseSettings):
                                  "code reference in the UI links to its source there at RMI_CODE_BRANCH; unset: to "
                                  "the file on this machine.")
     code_branch: str = Field(default="main", description="The branch or commit RMI_CODE_URL's links point at.")
+    sensor_interval_seconds: int = Field(default=30, ge=1, description="How often, under the daemon, each sensor "
+                                         "that moves the loop looks for work (new feedback, enough feedback, a "
+                                         "regression, the canary, health after runs, failed runs).")
     health_cron: str = Field(default="0 * * * *", description="When champion_health runs (also after each ingest).")
     health_tolerance: float = Field(default=0.10, description="A slice regresses when its eval score falls, or its "
                                     "live thumbs-down rate rises, by more than this against the baseline.")

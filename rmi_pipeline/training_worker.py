@@ -28,6 +28,7 @@ import os
 import selectors
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -59,8 +60,14 @@ def worker_key(env: dict[str, str]) -> str:
 
 
 def socket_path(key: str) -> str:
-    """In the temporary folder: a Unix socket's path may hold about 100 characters, an RMI_HOME more."""
-    return os.path.join(tempfile.gettempdir(), f"rmi-training-{key}.sock")
+    """In a folder of the temporary one that only this user may enter (a Unix socket's path may hold about 100
+    characters, an RMI_HOME more): no one else can listen there and receive a client's environment, its secrets."""
+    folder = os.path.join(tempfile.gettempdir(), f"rmi-training-{os.getuid()}")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    found = os.lstat(folder)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+        raise OSError(f"{folder} is not a folder of this user's alone")
+    return os.path.join(folder, f"{key}.sock")
 
 
 # messages: a 4-byte length, then JSON
@@ -180,7 +187,7 @@ def serve(path: str) -> int:
         importlib.import_module(name)
     folder = Path(os.environ[FOLDER])
     idle_seconds = float(os.environ[IDLE])
-    pid_file = folder / (Path(path).stem.removeprefix("rmi-training-") + ".pid")
+    pid_file = folder / (Path(path).stem + ".pid")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         os.unlink(path)  # a worker that died left its socket

@@ -84,6 +84,18 @@ def test_jobs_and_sensor_are_defined():
     assert schedule.cron_schedule == "0 * * * *" and schedule.job_name == "health_check"
 
 
+def test_the_loop_s_sensors_look_for_work_as_often_as_the_setting_says():
+    from rmi_pipeline.definitions import build_definitions
+    from rmi_pipeline.settings import Settings
+
+    quick = build_definitions(Settings(sensor_interval_seconds=5))
+    intervals = {s.name: s.minimum_interval_seconds for s in quick.sensors}
+    assert intervals == {**dict.fromkeys(intervals, 5), "alert_outbox": 60, "dead_run_sensor": 60}
+    assert {s.name: s.minimum_interval_seconds for s in defs.sensors} == {
+        **dict.fromkeys(intervals, 30), "alert_outbox": 60, "dead_run_sensor": 60}
+    assert quick.resolve_sensor_def("new_feedback_sensor").job_name == "ingest_feedback"  # a working copy
+
+
 def test_loading_definitions_does_not_import_heavy_libraries():
     code = ("import sys; import rmi_pipeline.definitions; "
             "print(sorted(m for m in ('torch', 'lightning', 'mlflow', 'great_expectations') if m in sys.modules))")

@@ -54,6 +54,8 @@ def test_each_candidate_trains_in_a_child_of_one_warm_worker_that_a_dying_client
     first = subprocess.run(CLIENT, env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == 2 and "materialize candidate_model" in first.stderr
     worker = the_worker(folder)
+    (pid_file,) = folder.glob("*.pid")  # its socket is in a folder no other user may enter, to listen or connect
+    assert os.stat(Path(json.loads(pid_file.read_text())["socket"]).parent).st_mode & 0o077 == 0
     again = subprocess.run(CLIENT, env=env, capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and the_worker(folder).pid == worker.pid  # the same worker, warm
     assert worker.children() == []  # each program was a child of its own, and is gone

@@ -13,7 +13,7 @@ from dagster import (
 from ..resources.notifier import Notifier
 
 
-@run_failure_sensor(default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30,
+@run_failure_sensor(default_status=DefaultSensorStatus.RUNNING,
                     description="Alerts a person (RMI_ALERT_WEBHOOK_URL, else the log) once for every failed run of "
                                 "the loop, with its first error and a link to the run.")
 def run_failure_alert(context: RunFailureSensorContext, notifier: Notifier):

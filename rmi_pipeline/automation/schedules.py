@@ -24,7 +24,7 @@ def health_schedule(cron: str) -> ScheduleDefinition:
 
 
 @run_status_sensor(run_status=DagsterRunStatus.SUCCESS, monitored_jobs=[ingest_feedback], request_job=health_check,
-                   default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30,
+                   default_status=DefaultSensorStatus.RUNNING,
                    description="After every successful ingest_feedback run: checks the champion's health, so a "
                                "live regression is seen as soon as its feedback lands (one check for a queue of "
                                "ingests: none while another ingest or a check waits to start).")
@@ -35,7 +35,7 @@ def health_after_ingest(context):
 
 
 @run_status_sensor(run_status=DagsterRunStatus.SUCCESS, monitored_jobs=[improvement_cycle], request_job=health_check,
-                   default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30,
+                   default_status=DefaultSensorStatus.RUNNING,
                    description="After every successful improvement_cycle run: a new champion gets its health "
                                "baseline at once; a champion the cycle did not replace is checked again.")
 def health_after_cycle(context):

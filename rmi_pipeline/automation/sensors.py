@@ -30,8 +30,9 @@ from ..settings import Settings
 from .jobs import canary_trial, improvement_cycle, ingest_feedback, waiting_to_start
 
 
-@sensor(job=ingest_feedback, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
-        description="Every 30 s: each batch file new in feedback/incoming/ (.jsonl, .jsonl.gz, .parquet) becomes a "
+@sensor(job=ingest_feedback, default_status=DefaultSensorStatus.RUNNING,
+        description="Every RMI_SENSOR_INTERVAL_SECONDS (30 s by default): each batch file new in "
+                    "feedback/incoming/ (.jsonl, .jsonl.gz, .parquet) becomes a "
                     "feedback_batch partition and an ingest_feedback run; a batch whose ingest failed or died is "
                     "ingested again (RMI_INGEST_RETRIES, doubling backoff), then a person is alerted. Files it "
                     "cannot take (names Dagster refuses, links) are named in the tick's log.")
@@ -72,8 +73,9 @@ def new_feedback_sensor(context: SensorEvaluationContext, settings: ResourcePara
     )
 
 
-@sensor(job=improvement_cycle, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
-        description="Every 30 s: once RMI_CYCLE_MIN_NEW_EVENTS feedback events have landed since the last training "
+@sensor(job=improvement_cycle, default_status=DefaultSensorStatus.RUNNING,
+        description="Every RMI_SENSOR_INTERVAL_SECONDS (30 s by default): once RMI_CYCLE_MIN_NEW_EVENTS feedback "
+                    "events have landed since the last training "
                     "dataset, starts an improvement_cycle (one at a time; none while a canary is on trial).")
 def enough_feedback_sensor(context: SensorEvaluationContext, settings: ResourceParam[Settings],
                            registry: ModelRegistry):
@@ -109,8 +111,9 @@ def enough_feedback_sensor(context: SensorEvaluationContext, settings: ResourceP
                       tags={"rmi/trigger": "new_feedback", "rmi/new_events": str(pending)})
 
 
-@sensor(job=improvement_cycle, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
-        description="Every 30 s: when champion_health says the champion regressed, starts an improvement_cycle "
+@sensor(job=improvement_cycle, default_status=DefaultSensorStatus.RUNNING,
+        description="Every RMI_SENSOR_INTERVAL_SECONDS (30 s by default): when champion_health says the champion "
+                    "regressed, starts an improvement_cycle "
                     "aimed at the regressed slices, at most RMI_REGRESSION_BUDGET per champion with a doubling "
                     "backoff; then alerts a person instead.")
 def regression_sensor(context: SensorEvaluationContext, settings: ResourceParam[Settings], notifier: Notifier):
@@ -160,8 +163,9 @@ def regression_sensor(context: SensorEvaluationContext, settings: ResourceParam[
     )
 
 
-@sensor(job=canary_trial, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
-        description="Every 30 s, while a canary is on trial: after each ingest of feedback (after the last of "
+@sensor(job=canary_trial, default_status=DefaultSensorStatus.RUNNING,
+        description="Every RMI_SENSOR_INTERVAL_SECONDS (30 s by default), while a canary is on trial: after each "
+                    "ingest of feedback (after the last of "
                     "a queue of them), and once when RMI_CANARY_MAX_HOURS have passed, runs canary_verdict "
                     "(promote, abort, or wait for RMI_CANARY_MIN_EVENTS rated canary answers).")
 def canary_sensor(context: SensorEvaluationContext, settings: ResourceParam[Settings], registry: ModelRegistry):
