@@ -241,7 +241,13 @@ def serve(path: str) -> int:
 
 def _start(conn: socket.socket, children: dict, selector, listener: socket.socket) -> str | None:
     """Fork the training program for one client, or answer a stop."""
-    request, fds = _receive(conn, with_fds=3)
+    conn.settimeout(10)  # a client sends its request at once: one that does not must not hold up the others
+    try:
+        request, fds = _receive(conn, with_fds=3)
+    except (OSError, ValueError):
+        conn.close()
+        return None
+    conn.settimeout(None)
     if request is None or request.get("stop"):
         for fd in fds:
             os.close(fd)
@@ -261,7 +267,10 @@ def _start(conn: socket.socket, children: dict, selector, listener: socket.socke
         _child(request, fds)
     for fd in fds:
         os.close(fd)
-    _send(conn, {"pid": pid})
+    try:
+        _send(conn, {"pid": pid})
+    except OSError:
+        pass  # the client is gone: its connection reads as closed, and the child is ended there
     children[pid] = conn
     selector.register(conn, selectors.EVENT_READ, pid)
     return None
