@@ -101,9 +101,8 @@ class Warehouse(ConfigurableResource):
         extensions into a fresh DuckDB costs about 0.15 s, and a cycle opens the warehouse a dozen times."""
         conn = self._lake().cursor()
         try:
-            conn.execute("USE lake")
-            if not read_only:
-                self._retrying(lambda: self._ensure_schema(conn))
+            # any statement reads the lake's latest snapshot, which a writer beside it may hold locked a moment
+            self._retrying(lambda: (conn.execute("USE lake"), read_only or self._ensure_schema(conn)))
             yield conn
         finally:
             conn.close()
@@ -125,11 +124,8 @@ class Warehouse(ConfigurableResource):
         if "tier" not in events.columns:  # validated before tiers existed
             events = events.with_columns(pl.lit(None, dtype=pl.Int64).alias("tier"))
         columns = ", ".join(EVENT_COLUMNS)
+        incoming = events.select(list(EVENT_COLUMNS)).to_arrow(compat_level=pl.CompatLevel.newest())
         with self.connect() as conn:
-            conn.register("incoming", events.select(list(EVENT_COLUMNS)).to_arrow(compat_level=pl.CompatLevel.newest()))
-            # a statement reads the lake's latest snapshot, which a writer beside it may hold locked a moment
-            self._retrying(lambda: conn.execute(f"CREATE OR REPLACE TEMP TABLE batch AS SELECT {columns}, {KEY} "
-                                                "AS id_key FROM incoming"))
             # the stored keys this batch hits (one narrow column scanned), then the full ids behind those hits
             insert = (f"INSERT INTO feedback_events ({columns}, id_key, ingested_at) "
                       "WITH hit AS MATERIALIZED (SELECT DISTINCT id_key FROM feedback_events SEMI JOIN temp.batch "
@@ -137,7 +133,9 @@ class Warehouse(ConfigurableResource):
                       f"USING (id_key)) SELECT {columns}, id_key, current_timestamp FROM temp.batch "
                       "ANTI JOIN seen USING (event_id) QUALIFY row_number() OVER (PARTITION BY event_id) = 1")
 
-            def commit() -> int:
+            def commit() -> int:  # all of it again after a lost commit or a locked catalog
+                conn.register("incoming", incoming)
+                conn.execute(f"CREATE OR REPLACE TEMP TABLE batch AS SELECT {columns}, {KEY} AS id_key FROM incoming")
                 return _transaction(conn, lambda: conn.execute(insert).fetchall()[0][0],
                                     "UPDATE ingest_turn SET turn = turn + 1")  # conflicts with any ingest beside it
 
@@ -147,7 +145,7 @@ class Warehouse(ConfigurableResource):
     def query(self, sql: str, params: list | None = None):
         """A polars frame of a read-only query."""
         with self.connect(read_only=True) as conn:
-            return conn.sql(sql, params=params).pl() if params else conn.sql(sql).pl()
+            return self._retrying(lambda: conn.sql(sql, params=params).pl() if params else conn.sql(sql).pl())
 
     def stream(self, sql: str, chunk_rows: int = 250_000, memory_limit: str = "1GB"):
         """The rows of a read-only query as polars frames of at most `chunk_rows`, never all at once: DuckDB sorts
