@@ -38,6 +38,7 @@ import traceback
 from pathlib import Path
 
 COLD = [sys.executable, "-m", "rmi_pipeline.train_candidate"]
+COMMAND = [sys.executable, "-m", "rmi_pipeline.training_worker"]  # the client: what the launcher runs
 FOLDER = "RMI_TRAINING_WORKER_DIR"  # set by the launcher: RMI_HOME/training_worker (pid and log files)
 IDLE = "RMI_TRAINING_WORKER_IDLE_SECONDS"  # set by the launcher from the settings
 # not polars or pyarrow: they start threads (an out-of-core cleaner, jemalloc's) when imported, and a fork copies
@@ -154,7 +155,7 @@ def _connect(env: dict[str, str]) -> socket.socket:
         except OSError:
             pass
         with open(folder / f"{key}.log", "ab") as log:
-            worker = subprocess.Popen([sys.executable, "-m", "rmi_pipeline.training_worker", "--serve", path],
+            worker = subprocess.Popen([*COMMAND, "--serve", path],
                                       env={k: v for k, v in env.items() if not k.startswith("DAGSTER_PIPES_")},
                                       stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         deadline = time.monotonic() + START_SECONDS
@@ -313,9 +314,14 @@ def _end(pid: int, signum: int) -> None:
         pass
 
 
+def worker_folder(home: Path) -> Path:
+    """Where an RMI_HOME's workers keep their pid, lock and log files."""
+    return Path(home) / "training_worker"
+
+
 def stop_training_workers(home: Path) -> int:
     """Stop the warm workers of an RMI_HOME; returns how many were asked to."""
-    return stop(Path(home) / "training_worker")
+    return stop(worker_folder(home))
 
 
 def stop(folder: Path) -> int:
@@ -336,8 +342,9 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--serve"]:
         return serve(argv[1])
     if argv[:1] == ["--stop"]:
-        folder = os.environ.get(FOLDER) or str(Path(os.environ.get("RMI_HOME", ".rmi")) / "training_worker")
-        print(f"stopped {stop(Path(folder))} training worker(s)")
+        from .settings import Settings
+
+        print(f"stopped {stop_training_workers(Settings().resolved_home)} training worker(s)")
         return 0
     if FOLDER not in os.environ or IDLE not in os.environ:
         print("training_worker runs under Dagster Pipes: materialize candidate_model instead", file=sys.stderr)

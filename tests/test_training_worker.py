@@ -5,7 +5,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,10 +17,9 @@ from rmi_pipeline.cli.home import prepare_home
 from rmi_pipeline.definitions import build_definitions
 from rmi_pipeline.recipes.base import load_recipe
 from rmi_pipeline.settings import Settings
-from rmi_pipeline.training_worker import FOLDER, IDLE, stop
+from rmi_pipeline.training_worker import COMMAND as CLIENT
+from rmi_pipeline.training_worker import FOLDER, IDLE, stop, worker_folder
 from rmi_pipeline.world import World
-
-CLIENT = [sys.executable, "-m", "rmi_pipeline.training_worker"]
 
 
 def the_worker(folder: Path) -> psutil.Process:
@@ -104,8 +102,8 @@ def test_a_warm_candidate_is_the_cold_program_s_candidate_weight_for_weight(rmi_
         cold_defs = build_definitions(Settings())
         cold = cold_defs.resolve_job_def("improvement_cycle")
         assert cold.execute_in_process(instance=instance, asset_selection=[AssetKey("candidate_model")]).success
-    worker = the_worker(rmi_env.resolved_home / "training_worker")  # the first candidate's
-    assert stop(rmi_env.resolved_home / "training_worker") == 1
+    worker = the_worker(worker_folder(rmi_env.resolved_home))  # the first candidate's
+    assert stop(worker_folder(rmi_env.resolved_home)) == 1
     psutil.wait_procs([worker], timeout=30)
 
     registry = cold_defs.resources["registry"]

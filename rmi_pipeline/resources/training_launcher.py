@@ -10,13 +10,12 @@ candidate_model calls `run(context=, command=, extras=)` on it.
 from __future__ import annotations
 
 import importlib
-import sys
 from pathlib import Path
 
 from dagster import PipesClient, PipesSubprocessClient
 
 from ..settings import Settings
-from ..training_worker import FOLDER, IDLE
+from ..training_worker import COMMAND, FOLDER, IDLE, worker_folder
 
 
 class WarmSubprocessClient(PipesSubprocessClient):
@@ -29,7 +28,7 @@ class WarmSubprocessClient(PipesSubprocessClient):
     def run(self, *, context, command, extras=None, env=None, cwd=None):
         trainer = (extras or {}).get("trainer") or {}
         if _one_process(trainer):
-            command = [sys.executable, "-m", "rmi_pipeline.training_worker"]
+            command = COMMAND
         return super().run(context=context, command=command, extras=extras, env=env, cwd=cwd)
 
 
@@ -40,7 +39,7 @@ def _one_process(trainer: dict) -> bool:
 def build_training_launcher(settings: Settings) -> PipesClient:
     spec = settings.training_launcher
     if spec == "warm":
-        return WarmSubprocessClient(settings.resolved_home / "training_worker", settings.training_worker_idle_seconds)
+        return WarmSubprocessClient(worker_folder(settings.resolved_home), settings.training_worker_idle_seconds)
     if spec == "subprocess":
         return PipesSubprocessClient()
     module, _, name = spec.partition(":")
