@@ -44,7 +44,7 @@ IDLE = "RMI_TRAINING_WORKER_IDLE_SECONDS"  # set by the launcher from the settin
 # not polars or pyarrow: they start threads (an out-of-core cleaner, jemalloc's) when imported, and a fork copies
 # none of them, with whatever locks they hold; each child imports those two itself (0.4 s)
 PRELOAD = ("torch", "lightning", "fsspec", "rmi_pipeline.train_candidate", "rmi_pipeline.ml.train",
-           "rmi_pipeline.ml.objective", "rmi_pipeline.ml.rl", "rmi_pipeline.settings")
+           "rmi_pipeline.ml.objective", "rmi_pipeline.ml.rl", "rmi_pipeline.ml.lit_gpt", "rmi_pipeline.settings")
 # environment read when modules load (threads, devices, paths): a worker serves only clients that agree on these
 SHAPING = ("OMP_", "MKL_", "OPENBLAS_", "CUDA_", "PYTORCH_", "TORCH", "NCCL_", "PYTHON", "LD_", "HF_",
            "TRANSFORMERS_", "RMI_RECIPE", "PATH", "VIRTUAL_ENV", FOLDER)

@@ -119,6 +119,8 @@ def check_model(recipe: Recipe, module, tmp: Path) -> None:
     assert isinstance(data, bytes)
     again = recipe.load_checkpoint(data)
     assert recipe.answer(again, prompts) == recipe.answer(module, prompts), "a checkpoint answers as its model"
+    model = recipe.load_model(data)  # what serving and evaluation answer with
+    assert not model.training and recipe.answer(model, prompts) == recipe.answer(module, prompts)
     warm = recipe.load_checkpoint(data, learning_rate=1e-3, max_steps=5)
     fit(warm, tokens, mask, max_steps=5, max_seconds=60, batch_size=16)  # a warm start trains
 

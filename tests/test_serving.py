@@ -39,17 +39,20 @@ PROMPTS = [f"{a}+{b}=" for a, b in zip(range(100, 160), range(900, 960), strict=
 
 def test_a_standard_mlflow_client_loads_the_champion_and_mlflow_serves_it(served):
     """In a fresh process, with only the package installed: `models:/NAME@champion` answers like the pipeline's
-    own load of that version, and `mlflow models serve` answers /invocations."""
+    own load of that version, without importing the training framework (Lightning: seconds of start-up), and
+    `mlflow models serve` answers /invocations."""
     settings, registry = served["settings"], served["registry"]
     uri = settings.resolved_tracking_uri
     script = ("import json, sys, mlflow, pandas as pd; mlflow.set_tracking_uri(sys.argv[1]); "
               "m = mlflow.pyfunc.load_model(sys.argv[2]); "
-              "print(json.dumps(list(m.predict(pd.DataFrame({'prompt': json.loads(sys.argv[3])}))['completion'])))")
+              "a = list(m.predict(pd.DataFrame({'prompt': json.loads(sys.argv[3])}))['completion']); "
+              "print(json.dumps({'answers': a, 'lightning': 'lightning' in sys.modules}))")
     out = subprocess.run([sys.executable, "-c", script, uri, f"models:/{settings.model_name}@champion",
                           json.dumps(PROMPTS)], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
     assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == own_answers(registry, "1", PROMPTS)
+    client = json.loads(out.stdout.strip().splitlines()[-1])
+    assert client == {"answers": own_answers(registry, "1", PROMPTS), "lightning": False}
 
     port = free_port()
     mlflow_cli = shutil.which("mlflow", path=os.path.dirname(sys.executable))

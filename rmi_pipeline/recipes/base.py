@@ -57,6 +57,12 @@ class Recipe(ABC):
         module.load_state_dict(state_dict)
         return module
 
+    def load_model(self, data: bytes) -> torch.nn.Module:
+        """The model a checkpoint holds, in eval mode, to answer with (serving, evaluation, practice). By default
+        load_checkpoint's module; a recipe may rebuild a lighter one that needs no training framework (the
+        arithmetic recipe's bare GPT: a process that only answers never imports Lightning, 5-9 s of start-up)."""
+        return self.load_checkpoint(data).eval()
+
     @abstractmethod
     def encode(self, module, prompts: Sequence[str], completions: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Training rows for `module` (its tokenizer, where it has one): (tokens, loss_mask), right-padded, loss on

@@ -59,4 +59,4 @@ def _load_pyfunc(data_path: str) -> Answerer:
 
     data = Path(data_path)
     recipe = load_recipe(json.loads((data / RECIPE_FILE).read_text())["recipe"])
-    return Answerer(recipe, recipe.load_checkpoint((data / CHECKPOINT_FILE).read_bytes()).eval())
+    return Answerer(recipe, recipe.load_model((data / CHECKPOINT_FILE).read_bytes()))

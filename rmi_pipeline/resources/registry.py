@@ -174,7 +174,7 @@ class ModelRegistry(ConfigurableResource):
 
     def load(self, reference: str | int, recipe):
         """A ready model, the way a serving process loads it: by alias from the registry, rebuilt by its recipe."""
-        return recipe.load_checkpoint(self.checkpoint(reference)[1]).eval()
+        return recipe.load_model(self.checkpoint(reference)[1])
 
     def champion_history(self) -> list[str]:
         """Versions that have been champion, oldest first, ending with the champion now.

@@ -28,7 +28,7 @@ class ArithmeticRecipe(Recipe):
                      "slopes": [2.0 ** -i for i in range(11)] + [0.0]}}
 
     def build_model(self, learning_rate: float, max_steps: int, size: str = "tiny", config: dict | None = None):
-        from ...ml.gpt import LitGPT
+        from ...ml.lit_gpt import LitGPT
 
         if config is None:
             if size not in self.sizes:
@@ -38,6 +38,15 @@ class ArithmeticRecipe(Recipe):
 
     def model_config(self, module):
         return dict(module.hparams["config"])  # LitGPT keeps the GPTConfig it was built from
+
+    def load_model(self, data):
+        from ...ml import checkpoint
+        from ...ml.gpt import GPT, GPTConfig
+
+        config, state_dict = checkpoint.loads(data)
+        net = GPT(GPTConfig(**config))
+        net.load_state_dict({key.removeprefix("model."): value for key, value in state_dict.items()})
+        return net.eval()
 
     def encode(self, module, prompts, completions):
         import polars as pl
