@@ -55,12 +55,12 @@ class RemembersAnchor(ArithmeticRecipe):
     memorizer: str | None = None
     remembered: dict[str, str] = {}
 
-    def load_checkpoint(self, data, learning_rate=0.0, max_steps=1):
+    def load_model(self, data):
         import hashlib
 
-        module = super().load_checkpoint(data, learning_rate, max_steps)
-        module.remembers = hashlib.sha256(data).hexdigest() == self.memorizer
-        return module
+        model = super().load_model(data)
+        model.remembers = hashlib.sha256(data).hexdigest() == self.memorizer
+        return model
 
     def answer(self, model, prompts):
         answers = super().answer(model, prompts)
