@@ -88,7 +88,10 @@ def simulate(
     from ..world import World
     from .run import client_key
 
-    if not gateway and build_resources(settings)["registry"].version(CHAMPION) is None:
+    resources = build_resources(settings)
+    for store in ("storage", "eval_store"):
+        resources[store].reach()
+    if not gateway and resources["registry"].version(CHAMPION) is None:
         raise RuntimeError("no champion is serving yet: run a first improvement cycle (`rmi run --cycles 0`)")
     # users need a gateway: the one at --gateway, or one started for as long as they ask
     with nullcontext((gateway, None)) if gateway else running_gateway(

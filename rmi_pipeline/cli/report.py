@@ -231,6 +231,7 @@ def status_text(settings) -> str:
     from ..resources import build_resources
 
     res = build_resources(settings)
+    res["storage"].reach()
     registry, warehouse = res["registry"], res["warehouse"]
     lines = [f"RMI_HOME {settings.resolved_home}", f"model {settings.model_name} (recipe {settings.recipe})"]
     for alias in (CHAMPION, CHALLENGER):

@@ -42,6 +42,8 @@ def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles afte
     from .report import learning_curve, summary_table, write_summary
 
     defs = build_definitions(settings)
+    for store in ("storage", "eval_store"):
+        defs.resources[store].reach()
     instance = DagsterInstance.get()
     for run_id in fail_dead_runs(instance, defs.resources["registry"]):  # left by an earlier, killed `rmi run`
         say(f"run {run_id} was left unfinished by a process that is gone: marked failed")

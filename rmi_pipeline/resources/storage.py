@@ -83,6 +83,12 @@ class ObjectStore(ConfigurableResource):
         return self._fresh(key).exists(self.path(key))
 
     @_reachable
+    def reach(self) -> None:
+        """One request to the store, so that a command says it cannot reach it at once, not after minutes of work
+        (a gateway started, a model loaded)."""
+        self._fresh("").exists(self.path(""))
+
+    @_reachable
     def list(self, prefix: str) -> list[str]:
         """Keys of the plain files directly under `prefix`, sorted, as they are now (not as a cache remembers them)."""
         return self.listing(prefix)[0]
