@@ -89,6 +89,16 @@ class HFRecipe(Recipe):
         return buffer.getvalue()
 
     def load_checkpoint(self, data, learning_rate=0.0, max_steps=1):
+        return self._module(*self._pretrained(data, trainable=learning_rate > 0), learning_rate, max_steps)
+
+    def load_model(self, data):
+        from .answering import Answering
+
+        model, tokenizer = self._pretrained(data, trainable=False)
+        return Answering(model, _padded(tokenizer)).eval()
+
+    def _pretrained(self, data: bytes, trainable: bool):
+        """(model, tokenizer) of a checkpoint's folders; LoRA adapters on it when it has them or `trainable`."""
         from peft import PeftModel
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -99,10 +109,10 @@ class HFRecipe(Recipe):
             tokenizer = AutoTokenizer.from_pretrained(root / MODEL_DIR)
             model = AutoModelForCausalLM.from_pretrained(root / MODEL_DIR, use_safetensors=True)
             if (root / ADAPTER_DIR).exists():
-                model = PeftModel.from_pretrained(model, root / ADAPTER_DIR, is_trainable=learning_rate > 0)
-            elif learning_rate > 0:  # merged adapters, or none yet: fresh ones if LoRA is on
+                model = PeftModel.from_pretrained(model, root / ADAPTER_DIR, is_trainable=trainable)
+            elif trainable:  # merged adapters, or none yet: fresh ones if LoRA is on
                 model = self._with_lora(model)
-        return self._module(model, tokenizer, learning_rate, max_steps)
+        return model, tokenizer
 
     def _with_lora(self, model):
         o = self.options
@@ -118,9 +128,7 @@ class HFRecipe(Recipe):
     def _module(model, tokenizer, learning_rate, max_steps):
         from .model import LitCausalLM
 
-        if tokenizer.pad_token is None:  # many causal LMs ship without one; padding is always masked out
-            tokenizer.pad_token = tokenizer.eos_token
-        return LitCausalLM(model, tokenizer, learning_rate=learning_rate, max_steps=max_steps)
+        return LitCausalLM(model, _padded(tokenizer), learning_rate=learning_rate, max_steps=max_steps)
 
     # ---- text in and out ----
     def model_input(self, tokenizer, prompt: str) -> str:
@@ -178,6 +186,12 @@ class HFRecipe(Recipe):
                                                                   skip_special_tokens=True)]
         model.train(was_training)
         return out
+
+
+def _padded(tokenizer):
+    if tokenizer.pad_token is None:  # many causal LMs ship without one; padding is always masked out
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def _quiet() -> None:
