@@ -176,3 +176,46 @@ def test_a_history_read_in_chunks_gives_the_dataset_read_at_once(tmp_path):
     weighted = whole.with_columns(weight=pl.col("mix").replace_strict(once.weights))
     assert weighted.group_by("mix").agg(pl.col("weight").sum()).sort("mix")["weight"].to_list() == \
         pytest.approx([0.3, 0.5, 0.2])
+
+
+def test_the_mined_set_read_window_by_window_is_the_newest_corrections_of_the_whole_history(rmi_env, monkeypatch):
+    """The mined set reads corrections the last day first, then widening windows, so a long history is neither read
+    whole nor sorted: what it keeps is what one sorted pass over everything would keep, at and across the windows'
+    edges, and only the verifier's accepted corrections."""
+    from datetime import UTC, datetime, timedelta
+
+    from rmi_pipeline.assets import evals
+    from rmi_pipeline.schema import event_frame
+
+    monkeypatch.setattr(evals, "MINED_PER_SKILL", 6)
+    now = datetime(2026, 12, 3, 12, tzinfo=UTC)
+    ages = [timedelta(0), timedelta(hours=23), timedelta(days=1), timedelta(days=1, seconds=1), timedelta(days=6),
+            timedelta(days=7), timedelta(days=29), timedelta(days=364), timedelta(days=365), timedelta(days=900)]
+    rng, events, edges = random.Random(3), [], set()
+    for i, (age, skill, _) in enumerate((age, skill, n) for age in ages for skill in ("add", "sub") for n in range(3)):
+        a, b = rng.randint(10, 999), rng.randint(10, 999)
+        prompt = f"{a}+{b}=" if skill == "add" else f"{max(a, b)}-{min(a, b)}="
+        right = str(a + b) if skill == "add" else str(abs(a - b))
+        correction = right if rng.random() < 0.8 else right + "1"  # users are sometimes wrong
+        record, _ = validate({"event_id": f"m{i}", "ts": (now - age).isoformat(), "user_id": "u",
+                              "model_version": "1", "prompt": prompt, "completion": "0", "rating": "down",
+                              "correction": correction}, 4096)
+        events.append(record | {"batch_id": f"b{i % 4}.jsonl"})
+        if age in (timedelta(days=1), timedelta(days=7)):
+            edges.add(prompt)
+    warehouse = build_resources(rmi_env)["warehouse"]
+    warehouse.ingest(event_frame(events))
+
+    share = 0.5
+    newest_first = sorted(events, key=lambda e: (-e["ts"].timestamp(), e["event_id"]))
+    expected, per_skill, seen = [], {"add": 0, "sub": 0}, set()
+    for e in newest_first:
+        skill, digest = RECIPE.slice_of(e["prompt"])[0], RECIPE.prompt_hash(e["prompt"])
+        if (is_mined_holdout(digest, share) and digest not in seen and per_skill[skill] < 6
+                and RECIPE.verify(e["prompt"], e["correction"])[0] == 1):
+            per_skill[skill] += 1
+            seen.add(digest)
+            expected.append(e["prompt"])
+    mined = evals._mined(RECIPE, warehouse, share, now=now)
+    assert [m["prompt"] for m in mined] == expected and len(expected) == 12 and edges & set(expected)
+    assert all(RECIPE.verify(m["prompt"], m["answer"])[0] == 1 for m in mined)

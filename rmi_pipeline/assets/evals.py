@@ -8,7 +8,7 @@ hard cases, held out by hash).
 
 import random
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from dagster import AssetExecutionContext, MaterializeResult, ResourceParam, asset
 
@@ -153,32 +153,45 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
     })
 
 
-def _mined(recipe, warehouse: Warehouse, share: float) -> list[dict]:
+def _mined(recipe, warehouse: Warehouse, share: float, now: datetime | None = None) -> list[dict]:
     """Users' corrected hard cases on the held-out side of the split (by hash), newest first, up to MINED_PER_SKILL
-    per skill: read a chunk at a time until every skill has its share, checked in bulk with the recipe's batch
-    forms; only the few candidates go through the verifier (users can be wrong: only corrections it accepts
-    become eval items)."""
+    per skill, checked in bulk with the recipe's batch forms; only the few candidates go through the verifier
+    (users can be wrong: only corrections it accepts become eval items). The corrections are read a time window
+    at a time, the last day first, widening until every skill has its share: a window reads only the lake's files
+    whose events fall in it, so a long history is neither read whole nor sorted."""
     import polars as pl
 
     from ..ml.hygiene import canonical_hashes, mined_holdout
 
     mined, seen, per_skill = [], set(), Counter()
-    corrections = warehouse.stream("SELECT prompt, correction FROM feedback_events WHERE rating = 'down' AND "
-                                   "correction IS NOT NULL ORDER BY ts DESC, event_id")
-    for chunk in corrections:
-        parsed = recipe.parse_prompts(chunk["prompt"])
-        usable = chunk.hstack(parsed.get_columns()).filter(
-            parsed["valid"] & recipe.valid_completions(chunk["correction"]))
-        held = usable.with_columns(digest=canonical_hashes(usable["canonical"])).filter(
-            mined_holdout(pl.col("digest"), share))
-        for prompt, answer, digest, skill, tier in held.select("prompt", "correction", "digest", "skill",
-                                                               "tier").iter_rows():
-            if digest in seen or per_skill[skill] >= MINED_PER_SKILL or recipe.verify(prompt, answer)[0] < 1:
-                continue
-            per_skill[skill] += 1
-            seen.add(digest)
-            mined.append({"prompt": prompt, "answer": answer, "skill": skill, "tier": tier})
-        if all(per_skill[s] >= MINED_PER_SKILL for s in recipe.skills):
-            corrections.close()  # every skill has its share: the older corrections are not read
-            break
+    upper = None  # ts is never null in the warehouse: the suite quarantines such rows
+    for lower in _windows(now or datetime.now(UTC)):
+        span = " AND ".join([f"ts {op} '{bound.isoformat()}'" for op, bound in ((">=", lower), ("<", upper))
+                             if bound is not None]) or "true"
+        upper = lower
+        corrections = warehouse.stream("SELECT prompt, correction FROM feedback_events WHERE rating = 'down' AND "
+                                       f"correction IS NOT NULL AND {span} ORDER BY ts DESC, event_id")
+        for chunk in corrections:
+            parsed = recipe.parse_prompts(chunk["prompt"])
+            usable = chunk.hstack(parsed.get_columns()).filter(
+                parsed["valid"] & recipe.valid_completions(chunk["correction"]))
+            held = usable.with_columns(digest=canonical_hashes(usable["canonical"])).filter(
+                mined_holdout(pl.col("digest"), share))
+            for prompt, answer, digest, skill, tier in held.select("prompt", "correction", "digest", "skill",
+                                                                   "tier").iter_rows():
+                if digest in seen or per_skill[skill] >= MINED_PER_SKILL or recipe.verify(prompt, answer)[0] < 1:
+                    continue
+                per_skill[skill] += 1
+                seen.add(digest)
+                mined.append({"prompt": prompt, "answer": answer, "skill": skill, "tier": tier})
+            if all(per_skill[s] >= MINED_PER_SKILL for s in recipe.skills):
+                corrections.close()  # every skill has its share: the older corrections are not read
+                return mined
     return mined
+
+
+def _windows(now: datetime):
+    """The lower bounds of the windows the mined set reads, newest first; None: all that is older."""
+    for days in (1, 7, 30, 365):
+        yield now - timedelta(days=days)
+    yield None
