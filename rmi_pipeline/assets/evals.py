@@ -164,34 +164,33 @@ def _mined(recipe, warehouse: Warehouse, share: float, now: datetime | None = No
     from ..ml.hygiene import canonical_hashes, mined_holdout
 
     mined, seen, per_skill = [], set(), Counter()
-    upper = None  # ts is never null in the warehouse: the suite quarantines such rows
-    for lower in _windows(now or datetime.now(UTC)):
-        span = " AND ".join([f"ts {op} '{bound.isoformat()}'" for op, bound in ((">=", lower), ("<", upper))
-                             if bound is not None]) or "true"
-        upper = lower
-        corrections = warehouse.stream("SELECT prompt, correction FROM feedback_events WHERE rating = 'down' AND "
-                                       f"correction IS NOT NULL AND {span} ORDER BY ts DESC, event_id")
-        for chunk in corrections:
-            parsed = recipe.parse_prompts(chunk["prompt"])
-            usable = chunk.hstack(parsed.get_columns()).filter(
-                parsed["valid"] & recipe.valid_completions(chunk["correction"]))
-            held = usable.with_columns(digest=canonical_hashes(usable["canonical"])).filter(
-                mined_holdout(pl.col("digest"), share))
-            for prompt, answer, digest, skill, tier in held.select("prompt", "correction", "digest", "skill",
-                                                                   "tier").iter_rows():
-                if digest in seen or per_skill[skill] >= MINED_PER_SKILL or recipe.verify(prompt, answer)[0] < 1:
-                    continue
-                per_skill[skill] += 1
-                seen.add(digest)
-                mined.append({"prompt": prompt, "answer": answer, "skill": skill, "tier": tier})
-            if all(per_skill[s] >= MINED_PER_SKILL for s in recipe.skills):
-                corrections.close()  # every skill has its share: the older corrections are not read
-                return mined
+    corrections = warehouse.stream(
+        "SELECT prompt, correction FROM feedback_events WHERE rating = 'down' AND correction IS NOT NULL "
+        f"AND {span} ORDER BY ts DESC, event_id" for span in _windows(now or datetime.now(UTC)))
+    for chunk in corrections:
+        parsed = recipe.parse_prompts(chunk["prompt"])
+        usable = chunk.hstack(parsed.get_columns()).filter(
+            parsed["valid"] & recipe.valid_completions(chunk["correction"]))
+        held = usable.with_columns(digest=canonical_hashes(usable["canonical"])).filter(
+            mined_holdout(pl.col("digest"), share))
+        for prompt, answer, digest, skill, tier in held.select("prompt", "correction", "digest", "skill",
+                                                               "tier").iter_rows():
+            if digest in seen or per_skill[skill] >= MINED_PER_SKILL or recipe.verify(prompt, answer)[0] < 1:
+                continue
+            per_skill[skill] += 1
+            seen.add(digest)
+            mined.append({"prompt": prompt, "answer": answer, "skill": skill, "tier": tier})
+        if all(per_skill[s] >= MINED_PER_SKILL for s in recipe.skills):
+            corrections.close()  # every skill has its share: the older corrections are not read
+            break
     return mined
 
 
 def _windows(now: datetime):
-    """The lower bounds of the windows the mined set reads, newest first; None: all that is older."""
-    for days in (1, 7, 30, 365):
-        yield now - timedelta(days=days)
-    yield None
+    """The mined set's time windows as SQL conditions, newest first: the last day, week, month and year, then the
+    rest (ts is never null in the warehouse: the suite quarantines such rows)."""
+    upper = None
+    for lower in [now - timedelta(days=days) for days in (1, 7, 30, 365)] + [None]:
+        yield " AND ".join([f"ts {op} '{bound.isoformat()}'" for op, bound in ((">=", lower), ("<", upper))
+                            if bound is not None])
+        upper = lower

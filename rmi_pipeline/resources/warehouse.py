@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterable
 from contextlib import closing, contextmanager
 from pathlib import Path
 
@@ -147,9 +148,10 @@ class Warehouse(ConfigurableResource):
         with self.connect(read_only=True) as conn:
             return self._retrying(lambda: conn.sql(sql, params=params).pl() if params else conn.sql(sql).pl())
 
-    def stream(self, sql: str, chunk_rows: int = 250_000, memory_limit: str = "1GB"):
+    def stream(self, sql: str | Iterable[str], chunk_rows: int = 250_000, memory_limit: str = "1GB"):
         """The rows of a read-only query as polars frames of at most `chunk_rows`, never all at once: DuckDB sorts
-        within `memory_limit` and spills the rest to a temporary folder, so a history of any size streams."""
+        within `memory_limit` and spills the rest to a temporary folder, so a history of any size streams. Several
+        queries (an iterable, taken one at a time as the rows are read) give their rows in turn, in one DuckDB."""
         import tempfile
 
         import polars as pl
@@ -158,8 +160,9 @@ class Warehouse(ConfigurableResource):
         with closing(self._retrying(lambda: self._open(read_only=self._exists()))) as conn, \
                 tempfile.TemporaryDirectory(prefix="rmi-spill-") as spill:
             conn.execute(f"SET memory_limit = {_literal(memory_limit)}; SET temp_directory = {_literal(spill)}")
-            for batch in conn.execute(sql).fetch_record_batch(chunk_rows):
-                yield pl.from_arrow(batch)
+            for query in [sql] if isinstance(sql, str) else sql:
+                for batch in conn.execute(query).fetch_record_batch(chunk_rows):
+                    yield pl.from_arrow(batch)
 
     # where the lake is
 
