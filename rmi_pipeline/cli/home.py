@@ -70,6 +70,12 @@ def _create_instance_once(dagster_home: Path) -> None:
         (dagster_home / ".created").touch()
 
 
+def reach_stores(resources) -> None:
+    """One clear line and exit 1 at once when the feedback or the eval store cannot be reached."""
+    for store in ("storage", "eval_store"):
+        resources[store].reach()
+
+
 def say(message: str) -> None:
     print(message, flush=True)
 

@@ -27,7 +27,7 @@ import typer
 from ..settings import Settings
 from . import feedback
 from .chat import chat
-from .home import prepare_home, say
+from .home import prepare_home, reach_stores, say
 from .overrides import promote, rollback
 from .run import run
 from .serve import serve
@@ -89,8 +89,7 @@ def simulate(
     from .run import client_key
 
     resources = build_resources(settings)
-    for store in ("storage", "eval_store"):
-        resources[store].reach()
+    reach_stores(resources)
     if not gateway and resources["registry"].version(CHAMPION) is None:
         raise RuntimeError("no champion is serving yet: run a first improvement cycle (`rmi run --cycles 0`)")
     # users need a gateway: the one at --gateway, or one started for as long as they ask

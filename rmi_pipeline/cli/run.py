@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from ..settings import Settings
-from .home import prepare_home, say
+from .home import prepare_home, reach_stores, say
 
 
 def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles after the first model.")] = 5,
@@ -42,8 +42,7 @@ def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles afte
     from .report import learning_curve, summary_table, write_summary
 
     defs = build_definitions(settings)
-    for store in ("storage", "eval_store"):
-        defs.resources[store].reach()
+    reach_stores(defs.resources)
     instance = DagsterInstance.get()
     for run_id in fail_dead_runs(instance, defs.resources["registry"]):  # left by an earlier, killed `rmi run`
         say(f"run {run_id} was left unfinished by a process that is gone: marked failed")
