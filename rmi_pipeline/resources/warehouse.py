@@ -101,9 +101,15 @@ class Warehouse(ConfigurableResource):
         It is a cursor of this process's own DuckDB, where the lake stays attached (see _lake): loading the
         extensions into a fresh DuckDB costs about 0.15 s, and a cycle opens the warehouse a dozen times."""
         conn = self._lake().cursor()
+
+        def prepare() -> None:
+            conn.execute("USE lake")
+            if not read_only:
+                self._ensure_schema(conn)
+
         try:
             # any statement reads the lake's latest snapshot, which a writer beside it may hold locked a moment
-            self._retrying(lambda: (conn.execute("USE lake"), read_only or self._ensure_schema(conn)))
+            self._retrying(prepare)
             yield conn
         finally:
             conn.close()
