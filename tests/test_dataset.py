@@ -1,5 +1,6 @@
 """training_dataset: eval items and held-out hard cases never reach training; a canary blocks."""
 
+import json
 import random
 
 import pytest
@@ -9,18 +10,24 @@ from rmi_pipeline.assets import eval_suite, training_dataset
 from rmi_pipeline.ml.hygiene import is_mined_holdout, ngram_hashes
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.resources import build_resources, layout
-from rmi_pipeline.schema import event_frame, validate
+from rmi_pipeline.schema import event_frame, parse_batch
 from rmi_pipeline.settings import Settings
 from rmi_pipeline.world.curators import curate_eval_suite
 
 RECIPE = ArithmeticRecipe()
 
 
-def event(i: int, prompt: str, completion: str, rating="up", correction=None) -> dict:
-    record, _ = validate({"event_id": f"e{i}", "ts": "2026-11-30T10:00:00Z", "user_id": "u", "model_version": "1",
-                          "prompt": prompt, "completion": completion, "rating": rating, "correction": correction},
-                         4096)
-    return record | {"batch_id": "b1.jsonl"}
+def event(i: int, prompt: str, completion: str, rating="up", correction=None, ts="2026-11-30T10:00:00Z") -> dict:
+    return {"event_id": f"e{i}", "ts": ts, "user_id": "u", "model_version": "1", "prompt": prompt,
+            "completion": completion, "rating": rating, "correction": correction}
+
+
+def validated(records: list[dict]) -> list[dict]:
+    """The records as the ingest validates them, in one batch b1.jsonl (one pass of the suite, not one a row)."""
+    data = "\n".join(json.dumps(r) for r in records).encode()
+    parsed = parse_batch("b1.jsonl", data, "b1.jsonl", 4096, Settings().cache_dir)
+    assert not parsed.quarantined and not parsed.duplicates, parsed.quarantined
+    return parsed.events
 
 
 @pytest.fixture
@@ -29,7 +36,7 @@ def build(rmi_env):
     suite = curate_eval_suite(resources["eval_store"], RECIPE, 40, seed=0)
 
     def run(events: list[dict]):
-        resources["warehouse"].ingest(event_frame(events))
+        resources["warehouse"].ingest(event_frame(validated(events)))
         with instance_for_test() as instance:
             result = materialize([eval_suite, training_dataset], instance=instance, resources=resources,
                                  raise_on_error=False)
@@ -185,7 +192,6 @@ def test_the_mined_set_read_window_by_window_is_the_newest_corrections_of_the_wh
     from datetime import UTC, datetime, timedelta
 
     from rmi_pipeline.assets import evals
-    from rmi_pipeline.schema import event_frame
 
     monkeypatch.setattr(evals, "MINED_PER_SKILL", 6)
     now = datetime(2026, 12, 3, 12, tzinfo=UTC)
@@ -197,12 +203,10 @@ def test_the_mined_set_read_window_by_window_is_the_newest_corrections_of_the_wh
         prompt = f"{a}+{b}=" if skill == "add" else f"{max(a, b)}-{min(a, b)}="
         right = str(a + b) if skill == "add" else str(abs(a - b))
         correction = right if rng.random() < 0.8 else right + "1"  # users are sometimes wrong
-        record, _ = validate({"event_id": f"m{i}", "ts": (now - age).isoformat(), "user_id": "u",
-                              "model_version": "1", "prompt": prompt, "completion": "0", "rating": "down",
-                              "correction": correction}, 4096)
-        events.append(record | {"batch_id": f"b{i % 4}.jsonl"})
+        events.append(event(i, prompt, "0", "down", correction, ts=(now - age).isoformat()))
         if age in (timedelta(days=1), timedelta(days=7)):
             edges.add(prompt)
+    events = [e | {"batch_id": f"b{i % 4}.jsonl"} for i, e in enumerate(validated(events))]
     warehouse = build_resources(rmi_env)["warehouse"]
     warehouse.ingest(event_frame(events))
 

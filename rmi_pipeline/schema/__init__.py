@@ -3,7 +3,7 @@ Expectations suite that judges them (expectations.py) and the DuckDB dialect GX 
 """
 
 from .fields import EVENT_COLUMNS, SCHEMA_VERSION, SUFFIXES, is_batch_file
-from .parse import ParsedBatch, event_frame, parse_batch, read_rows, validate
+from .parse import ParsedBatch, event_frame, parse_batch, read_rows
 
 __all__ = ["EVENT_COLUMNS", "SCHEMA_VERSION", "SUFFIXES", "ParsedBatch", "event_frame", "is_batch_file",
-           "parse_batch", "read_rows", "validate"]
+           "parse_batch", "read_rows"]

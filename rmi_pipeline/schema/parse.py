@@ -74,14 +74,6 @@ def parse_batch(name: str, data: bytes, batch_id: str | None, max_text_chars: in
     return out
 
 
-def validate(record: dict, max_text_chars: int) -> tuple[dict | None, str | None]:
-    """One record against the suite: a normalized event, or None and the reasons it would be quarantined."""
-    parsed = parse_batch("record.jsonl", json.dumps(record, default=str).encode(), None, max_text_chars)
-    if parsed.quarantined:
-        return None, parsed.quarantined[0]["reason"]
-    return parsed.events[0], None
-
-
 def read_rows(name: str, data: bytes, by_row: bool = False) -> Rows:
     """A zero-byte file has no rows, whatever its format; an unreadable one is one quarantined row.
 
