@@ -10,19 +10,24 @@ export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: run run-hf test ui serve bench lint lock clean
 
-# what running needs (make run, ui, serve); the tests' tools and the production profile come with make test
-$(STAMP): pyproject.toml constraints.txt
+# what running needs (make run, ui, serve); the tests' tools and the production profile come with make test, in
+# one install (a second pass over the installed packages costs 15 s)
+# no bytecode compiled ahead (as uv does): Python writes it for the modules it imports, about 1 in 4 (saves about
+# 450 MB and a minute of install)
+define install
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	@echo "installing rmi-pipeline and its pinned dependencies into $(VENV) (a few minutes the first time)"
-	@# no bytecode compiled ahead (as uv does): Python writes it for the modules it imports, about 1 in 4 (saves
-	@# about 450 MB and a minute of install)
-	$(BIN)/python -m pip install --progress-bar on --no-compile -c constraints.txt -e .
+	$(BIN)/python -m pip install --progress-bar on --no-compile -c constraints.txt -e "$(1)"
+endef
+
+$(STAMP): pyproject.toml constraints.txt
+	$(call install,.)
 	touch $(STAMP)
 
-$(DEV_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[dev]"
-	touch $(DEV_STAMP)
+$(DEV_STAMP): pyproject.toml constraints.txt
+	$(call install,.[dev])
+	touch $(STAMP) $(DEV_STAMP)
 
 run: $(STAMP)  ## the whole loop on embedded defaults, from an empty RMI_HOME
 	$(BIN)/rmi run --fresh
