@@ -50,7 +50,8 @@ def test_a_newcomer_sees_every_stage_described_and_the_gate_as_a_check_with_its_
         page.get_by_text("Show schema").first.wait_for(timeout=30000)  # the per-slice table, on the page itself
         evaluation = page.inner_text("body")
         page.goto(f"{base}/assets/candidate_evaluation?view=checks")
-        page.get_by_text("eval_headroom").first.wait_for(timeout=30000)
+        for text in ("eval_headroom", "gate", "Passed"):  # the list of checks renders apart from the selected one
+            page.get_by_text(text, exact=True).first.wait_for(timeout=30000)
         checks = page.inner_text("body")
         page.goto(f"{base}/assets/champion?view=lineage&lineageScope=upstream&lineageDepth=10")
         page.get_by_text("training_dataset").first.wait_for(timeout=30000)
