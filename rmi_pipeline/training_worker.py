@@ -49,6 +49,7 @@ PRELOAD = ("torch", "lightning", "fsspec", "rmi_pipeline.train_candidate", "rmi_
 SHAPING = ("OMP_", "MKL_", "OPENBLAS_", "CUDA_", "PYTORCH_", "TORCH", "NCCL_", "PYTHON", "LD_", "HF_",
            "TRANSFORMERS_", "RMI_RECIPE", "PATH", "VIRTUAL_ENV", FOLDER)
 SET_BY_IMPORTS = ("TORCHINDUCTOR_CACHE_DIR", "PYTORCH_NVML_BASED_CUDA_CHECK")  # torch and Lightning set these
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # what Dagster sends a run's training program to stop it
 START_SECONDS = 180.0  # a worker that has not answered by then is given up on: the client trains cold
 
 
@@ -106,24 +107,27 @@ def _receive(conn: socket.socket, with_fds: int = 0) -> tuple[dict | None, list[
 
 def client() -> int:
     env = dict(os.environ)
-    try:
-        conn = _connect(env)
-    except OSError as exc:
-        return _cold(f"no warm training worker ({exc})")
-    _send(conn, {"env": env, "cwd": os.getcwd()}, [0, 1, 2])
-    reply, _ = _receive(conn)
-    if not reply or "pid" not in reply:
-        return _cold((reply or {}).get("cold", "the warm training worker closed the connection"))
-    child = reply["pid"]
+    child, caught = None, []
 
-    def forward(signum, _frame):
-        try:
-            os.kill(child, signum)
-        except ProcessLookupError:
-            pass
+    def forward(signum, _frame):  # a signal before the child is known is kept and sent once it is
+        if child is None:
+            caught.append(signum)
+        else:
+            _end(child, signum)
 
     signal.signal(signal.SIGINT, forward)
     signal.signal(signal.SIGTERM, forward)
+    try:
+        conn = _connect(env)
+    except OSError as exc:
+        return _cold(f"no warm training worker ({exc})", caught)
+    _send(conn, {"env": env, "cwd": os.getcwd()}, [0, 1, 2])
+    reply, _ = _receive(conn)
+    if not reply or "pid" not in reply:
+        return _cold((reply or {}).get("cold", "the warm training worker closed the connection"), caught)
+    child = reply["pid"]  # Python runs signal handlers between statements: each signal is sent once
+    for signum in caught:
+        _end(child, signum)
     reply, _ = _receive(conn)  # a signal's handler runs and the read goes on (PEP 475)
     if reply is None:  # the worker died under its child
         print("training worker: lost the worker while training", file=sys.stderr)
@@ -131,7 +135,10 @@ def client() -> int:
     return reply["exit"]
 
 
-def _cold(reason: str) -> int:
+def _cold(reason: str, caught: list[int]) -> int:
+    if caught:  # stopped before any training began
+        print(f"training worker: stopped by signal {caught[0]} before training", file=sys.stderr)
+        return 128 + caught[0]
     print(f"training worker: {reason}; training cold instead", file=sys.stderr, flush=True)
     os.execv(COLD[0], COLD)
 
@@ -260,8 +267,13 @@ def _start(conn: socket.socket, children: dict, selector, listener: socket.socke
         _send(conn, {"cold": "CUDA is initialized in the worker"})
         conn.close()
         return None
+    # the stop signals wait until the child is ready for them: one that reached it inside fork, before Python reset
+    # its signal state there, would be lost, and the child would train on, unstoppable
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     pid = os.fork()
-    if pid == 0:  # the worker's own sockets close in the child: a client must see EOF if the worker dies
+    if pid:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    else:  # the worker's own sockets close in the child: a client must see EOF if the worker dies
         for inherited in (listener, selector, *children.values()):
             inherited.close()
         conn.close()
@@ -285,6 +297,7 @@ def _child(request: dict, fds: list[int]) -> None:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # one sent meanwhile arrives now
         sys.stdin, sys.stdout, sys.stderr = (open(0, closefd=False), open(1, "w", closefd=False),
                                              open(2, "w", closefd=False))
         os.environ.clear()
