@@ -6,7 +6,8 @@ In a throwaway RMI_HOME it trains a first model, lets simulated users give one b
 times one cycle: the world, the ingest run and the improvement_cycle run, each Dagster step, and inside
 them the model's compute: Lightning's fit, batched decoding on the eval suite, and practice (the champion
 decoding its successor's problems, the verifier scoring them). Everything else in the wall time - Dagster runs
-and events, MLflow calls, validation, file I/O, process start-up - is orchestration.
+and events, MLflow calls, validation, file I/O, process start-up - is orchestration. Part of it is Dagster's own
+floor, measured beside it: runs of as many empty steps on the same instance, which no code of the loop's can remove.
 """
 
 import os
@@ -51,7 +52,7 @@ def main() -> None:
         World(settings, url).serve_cycle(1)
     world_seconds = time.perf_counter() - t
     t = time.perf_counter()
-    ingest_new_batches(defs, instance)
+    batches = ingest_new_batches(defs, instance)["batches"]
     ingest_seconds = time.perf_counter() - t
     t = time.perf_counter()
     result = cycle_job.execute_in_process(instance=instance, run_config=QUIET_LOGS)
@@ -84,6 +85,12 @@ def main() -> None:
     print(f"orchestration (Dagster, MLflow, validation, I/O): {pipeline - compute:.1f} s "
           f"= {(pipeline - compute) / pipeline:.0%}; counting practice as orchestration: "
           f"{(pipeline - compute + practise) / pipeline:.0%}")
+    cycle_floor = dagster_floor(instance, len(steps))
+    ingest_floor = dagster_floor(instance, len(defs.resolve_job_def("ingest_feedback").nodes_in_topological_order))
+    floor = cycle_floor + batches * ingest_floor
+    print(f"  of which Dagster's floor: {floor:.1f} s (a run of {len(steps)} empty steps on this instance "
+          f"{cycle_floor:.2f} s, and {batches} ingest run(s) of empty steps, {ingest_floor:.2f} s each); the loop's "
+          f"own: {pipeline - compute - floor:.1f} s")
     print(f"loading the definitions in this process: {load_seconds:.2f} s")
     probe = subprocess.run([sys.executable, "-c", "import time; t=time.perf_counter(); "
                             "import rmi_pipeline.definitions; print(time.perf_counter()-t)"],
@@ -93,6 +100,23 @@ def main() -> None:
     from rmi_pipeline.training_worker import stop_training_workers
 
     stop_training_workers(home)  # the warm training worker the cycle used: nothing left running
+
+
+def dagster_floor(instance, steps: int) -> float:
+    """Seconds of one run of `steps` empty assets in a chain on `instance` (the second of two: warm): run creation,
+    its events and the step framework, which every run of the loop pays whatever its steps do."""
+    from dagster import AssetsDefinition, asset, materialize
+
+    chain: list[AssetsDefinition] = []
+    for i in range(steps):
+        @asset(name=f"empty_{i}", deps=chain[-1:])
+        def empty() -> None:
+            return None
+        chain.append(empty)
+    materialize(chain, instance=instance)
+    started = time.perf_counter()
+    materialize(chain, instance=instance)
+    return time.perf_counter() - started
 
 
 if __name__ == "__main__":

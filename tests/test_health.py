@@ -1,5 +1,6 @@
 """champion_health flags a slice whose live thumbs-down rate rises, and regression_sensor acts within a budget."""
 
+import pytest
 import torch
 from dagster import DagsterRun, DagsterRunStatus, build_sensor_context, instance_for_test, materialize
 from feedback_intake import Intake, event
@@ -10,6 +11,7 @@ from rmi_pipeline.automation.sensors import regression_sensor
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.resources import build_resources
 from rmi_pipeline.resources.notifier import Notifier
+from rmi_pipeline.resources.registry import ModelRegistry
 from rmi_pipeline.settings import DEFAULT_RECIPE as RECIPE_PATH
 from rmi_pipeline.settings import Settings
 from rmi_pipeline.world.curators import curate_eval_suite
@@ -56,12 +58,18 @@ def test_a_rising_thumbs_down_rate_regresses_and_starts_targeted_cycles_until_th
         land("calm.jsonl", "up", 0)
         first = health()
         assert first["regressed"] is False and first["thumbs_down add/3"] == 0.0 and first["check_passed"]
+        assert first["eval_scores"].startswith("answered")  # the champion's first check on this suite
         assert "healthy" in tick().skip_message
 
         land("angry.jsonl", "down", 1000)
-        second = health()
+        with monkeypatch.context() as same_suite:  # its scores on this suite are known: no model is loaded
+            same_suite.setattr(ModelRegistry, "load", lambda *_: pytest.fail("the champion was loaded again"))
+            second = health()
         assert second["regressed"] is True and second["regressed_slices"] == ["add/3"] and not second["check_passed"]
         assert second["thumbs_down add/3"] == 0.5
+        assert second["eval_scores"].startswith("reused")
+        assert {k: v for k, v in second.items() if k.startswith("eval ")} == {
+            k: v for k, v in first.items() if k.startswith("eval ")}
 
         request = tick()
         assert request.run_config["ops"] == {"candidate_model": {"config": {"focus": ["add/3"], "focus_weight": 4.0,
@@ -73,5 +81,7 @@ def test_a_rising_thumbs_down_rate_regresses_and_starts_targeted_cycles_until_th
                                               "rmi/attempt": str(attempt + 1)}))
         for _ in range(3):
             assert "budget spent" in tick().skip_message
+        assert materialize([eval_suite], instance=instance, resources=resources).success  # a new suite is drawn
+        assert health()["eval_scores"].startswith("answered")
     server.shutdown()
     assert len(bodies) == 1 and bodies[0]["text"].startswith("[rmi budget] champion v1 regressed on add/3")

@@ -62,6 +62,14 @@ def test_a_model_leads_back_to_its_dataset_batches_and_run(loop):
     assert run.job_name == "improvement_cycle" and run.tags["rmi/cycle"] == "1"
 
 
+def test_each_health_check_reused_the_scores_its_cycle_s_evaluation_gave_the_champion(loop):
+    instance = DagsterInstance.from_config(str(loop["settings"].dagster_home))
+    checks = instance.fetch_materializations(AssetKey("champion_health"), limit=20).records
+    instance.dispose()
+    assert len(checks) >= 2  # after the first model and after the cycle
+    assert all(r.asset_materialization.metadata["eval_scores"].value.startswith("reused") for r in checks)
+
+
 def test_each_source_of_the_training_mix_has_its_rows_and_loss_logged(loop):
     mv = loop["registry"].version("champion")  # the cycle-1 candidate
     manifest = loop["storage"].read_json(layout.dataset_manifest(mv.tags['dataset_version']))

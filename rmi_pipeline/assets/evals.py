@@ -55,6 +55,13 @@ def load_sets(eval_store: ObjectStore, manifest: dict) -> dict[str, list[dict]]:
             "mined": read_set(eval_store, layout.mined(manifest["mined_version"]))["items"]}
 
 
+def save_slice_scores(storage: ObjectStore, version, manifest: dict, scores: dict[str, float]) -> None:
+    """A model's exact match per slice on the suite a manifest names, for champion_health to reuse."""
+    suite = manifest["refreshed_version"]
+    storage.write_json(layout.slice_scores(str(version), suite), {"version": str(version), "suite": suite,
+                                                                  "scores": scores})
+
+
 def _grow(recipe, settings: Settings, eval_store: ObjectStore, registry: ModelRegistry, suite: list[dict],
           grown: dict) -> tuple[dict, dict, dict]:
     """(grown set, {skill: tiers sealed now}, {"skill/tier": champion's score}): when the champion solves one of the

@@ -26,7 +26,7 @@ from ..resources import layout
 from ..resources.registry import CHALLENGER, CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..settings import Settings
-from .evals import eval_suite, load_sets
+from .evals import eval_suite, load_sets, save_slice_scores
 from .training import candidate_model
 
 HEADROOM_CHECK = AssetCheckSpec(
@@ -74,6 +74,9 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
     compute_seconds = time.perf_counter() - started
 
     slices = scored.slices()
+    save_slice_scores(storage, challenger.version, manifest, {n: float(p.challenger.mean()) for n, p in slices.items()})
+    if champion:
+        save_slice_scores(storage, champion.version, manifest, {n: float(p.champion.mean()) for n, p in slices.items()})
     counted = {slice_name(s, t) for s, t in private}
     decision = decide(slices, counted, settings.gate, leak_pairs=scored.leak_pairs(private) if champion else {},
                       seed=settings.seed + int(challenger.version))

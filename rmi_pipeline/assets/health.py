@@ -2,7 +2,10 @@
 
 Two signals per slice: the champion's exact match on the current eval suite (anchor and this cycle's refreshed
 set pooled, and the mined hard cases), and the live thumbs-down rate of its latest rated answers in the warehouse.
-The first check of a champion records its baseline; later checks flag a slice whose score falls, or whose
+A model answers the same items the same way, so its scores on a suite are computed once (by its evaluation, or by the
+first check on that suite) and every later check reuses them until eval_suite draws a new suite: a check after an
+ingest or on the hourly schedule then loads no model and decodes nothing. The first check of a champion records its
+baseline; later checks flag a slice whose score falls, or whose
 thumbs-down rate rises, past RMI_HEALTH_TOLERANCE. regression_sensor acts on the verdict. The mined hard cases are
 shown, not judged: they are the champion's own failures that users corrected, so its score on them falls each time
 new ones are mined, with nothing wrong.
@@ -39,7 +42,7 @@ from ..resources.registry import CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..resources.warehouse import Warehouse
 from ..settings import Settings
-from .evals import eval_suite, load_sets
+from .evals import eval_suite, load_sets, save_slice_scores
 
 MIN_RATED = 30  # fewer rated answers on a slice say nothing about its rate
 
@@ -67,12 +70,19 @@ def champion_health(context: AssetExecutionContext, settings: ResourceParam[Sett
     if champion is None:
         return MaterializeResult(metadata={"regressed": False, "status": "no champion yet"}, check_results=[
             AssetCheckResult(check_name=HEALTH_CHECK.name, passed=True, description="No champion yet.")])
-    recipe = load_recipe(settings.recipe)
     manifest = storage.read_json(layout.EVAL_MANIFEST)
-    tasks = eval_tasks(load_sets(eval_store, manifest))
-    right = recipe.correct(registry.load(champion.version, recipe), [t for _, t in tasks])
-    scores = {name: float(pair.challenger.mean())
-              for name, pair in sorted(Scored(tasks, [np.array(right, dtype=float)]).slices().items())}
+    cached = layout.slice_scores(str(champion.version), manifest["refreshed_version"])
+    if storage.exists(cached):  # it answered this suite in its evaluation or a check before: the same answers
+        scores = dict(sorted(storage.read_json(cached)["scores"].items()))
+        scored = f"reused: scored once on suite {manifest['refreshed_version']}"
+    else:
+        recipe = load_recipe(settings.recipe)
+        tasks = eval_tasks(load_sets(eval_store, manifest))
+        right = recipe.correct(registry.load(champion.version, recipe), [t for _, t in tasks])
+        scores = {name: float(pair.challenger.mean())
+                  for name, pair in sorted(Scored(tasks, [np.array(right, dtype=float)]).slices().items())}
+        save_slice_scores(storage, champion.version, manifest, scores)
+        scored = f"answered {len(tasks):,} items"
 
     window = settings.health.window_events
     down, down_all, rated = live_rates(warehouse, str(champion.version), window)
@@ -107,6 +117,7 @@ def champion_health(context: AssetExecutionContext, settings: ResourceParam[Sett
         "rolled_back": rolled_back or "no",
         "regressed_slices": MetadataValue.json(regressed),
         "champion_version": str(champion.version),
+        "eval_scores": scored,
         "new_slices": ", ".join(new_slices) or "none",
         "eval_mean": sum(scores.values()) / len(scores),
         **({"live_thumbs_down": down_all} if down_all is not None else {}),

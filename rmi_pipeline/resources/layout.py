@@ -103,6 +103,12 @@ def evaluation(version: str) -> str:
     return f"{EVALUATIONS}/v{version}.json"
 
 
+def slice_scores(version: str, suite: str) -> str:
+    """A model's exact match per slice on one eval suite (its refreshed_version names it): a model answers the same
+    items the same way, so it is scored once per suite."""
+    return f"{EVALUATIONS}/scores/v{version}-{suite}.json"
+
+
 def canary_verdict(version: str) -> str:
     return f"canary/v{version}.json"
 
