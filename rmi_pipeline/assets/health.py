@@ -2,13 +2,12 @@
 
 Two signals per slice: the champion's exact match on the current eval suite (anchor and this cycle's refreshed
 set pooled, and the mined hard cases), and the live thumbs-down rate of its latest rated answers in the warehouse.
-A model answers the same items the same way, so its scores on a suite are computed once (by its evaluation, or by the
-first check on that suite) and every later check reuses them until eval_suite draws a new suite: a check after an
+A model answers the same items the same way, so its scores on a suite are computed once (by its evaluation, or by
+the first check on that suite) and later checks reuse them until eval_suite draws a new suite: a check after an
 ingest or on the hourly schedule then loads no model and decodes nothing. The first check of a champion records its
-baseline; later checks flag a slice whose score falls, or whose
-thumbs-down rate rises, past RMI_HEALTH_TOLERANCE. regression_sensor acts on the verdict. The mined hard cases are
-shown, not judged: they are the champion's own failures that users corrected, so its score on them falls each time
-new ones are mined, with nothing wrong.
+baseline; later checks flag a slice whose score falls, or whose thumbs-down rate rises, past RMI_HEALTH_TOLERANCE.
+regression_sensor acts on the verdict. The mined hard cases are shown, not judged: they are the champion's own
+failures that users corrected, so its score on them falls each time new ones are mined, with nothing wrong.
 
 The live baseline is what users had just before the champion started serving: the rates of the latest answers of
 the models before it (for the very first champion, its own first rated answers). A slice without a baseline rate
