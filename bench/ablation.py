@@ -122,7 +122,8 @@ def run_config(name: str, first: int, cycles: int, out: Path) -> None:
             evaluation = meta.get("candidate_evaluation", {})
             training = meta.get("candidate_model", {})
             rows.append({
-                "cycle": cycle, "verdict": evaluation.get("verdict", "failed"), "champion": str(champion.version),
+                "cycle": cycle, "verdict": evaluation.get("verdict", "failed"), "reason": evaluation.get("reason"),
+                "champion": str(champion.version),
                 "anchor_mean": evaluation.get("challenger_anchor_mean") if "champion" in meta
                 else evaluation.get("champion_anchor_mean"),
                 "highest_tier": min(tiers.values()), "by_skill": tiers, "tier_accuracy": accuracy,

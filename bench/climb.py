@@ -27,9 +27,14 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=10)
     parser.add_argument("--modes", default="self,verifier")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep", metavar="DIR", help="keep each mode's RMI_HOME under DIR (default: a temporary "
+                        "folder, removed at the end)")
     args = parser.parse_args()
     tables = {}
     with tempfile.TemporaryDirectory(prefix="rmi-climb-") as tmp:
+        if args.keep:
+            Path(args.keep).mkdir(parents=True, exist_ok=True)
+        tmp = args.keep or tmp
         for mode in args.modes.split(","):
             label, mix = CONFIGS[mode]
             print(f"== {mode}: {label} (RMI_MIX={json.dumps(mix)}), seed {args.seed}", flush=True)
@@ -45,6 +50,9 @@ def main() -> None:
             tokens = "-" if r["tokens_trained"] is None else f"{r['tokens_trained'] / 1e6:.1f}M"
             print(f"| {r['cycle']} | {r['verdict']} | {tiers} | {r['self_labels']:,} | {precision} "
                   f"| {r['suite_tiers'] or '-'} | {r['seconds']:.0f} | {tokens} |")
+        for r in rows:
+            if r["verdict"] != "promote":
+                print(f"cycle {r['cycle']}: {r['reason']}")
 
 
 if __name__ == "__main__":
