@@ -1,6 +1,7 @@
 """The gate's bootstrap interval, percentile against BCa (scipy.stats.bootstrap), in the same seeded trials.
 
     python bench/gate_bootstrap.py [--trials 400] [--confidences 0.95,0.98] [--seed 0] [--equal-only]
+                                   [--grown-trials 200]
 
 Each trial draws 14 slices of 100 items (true accuracies uniform in 0.2-0.9, as tests/test_gate.py's trials); the
 champion answers at the truth, the challenger at the truth (equal) or 5 points below it on one slice (worse). Per
@@ -8,6 +9,11 @@ method and confidence: the share of equal challengers promoted (a false promotio
 one-sided lower bound is (1 - confidence) / 2) and of worse ones rejected, and the seconds one decision takes.
 Beside them, the share of the same equal trials a normal-theory test would pass (gain over its standard error
 above the same quantile): how far these trials' own draws sit from the nominal rate, whatever the interval.
+
+Then the slice guard on a grown suite (14, 40 and 80 slices of 200 items, true accuracies 0.85-0.99, as a long
+climb's suite): the share of equal challengers with some slice flagged as fallen, by the gate's rule (a sign test
+per slice, the false discovery rate held over all of them) beside the per-slice rule it replaced (an interval wholly
+below zero), and the share of challengers whose first slice truly fell by 0.10, 0.15 or 0.20 that each rule catches.
 """
 
 import argparse
@@ -54,12 +60,28 @@ def normal_share(trials: int, confidence: float, seed: int) -> float:
     return passed / trials
 
 
+def guard_rates(slices: int, fall: float, trials: int, gate, seed: int) -> tuple[float, float]:
+    """(share flagged by the gate's rule, by the per-slice rule): any slice when `fall` is 0, else the fallen one."""
+    rng = np.random.default_rng(seed)
+    names = [f"add/{i + 1}" for i in range(slices)]
+    flagged = per_slice = 0
+    for t in range(trials):
+        truth = rng.uniform(0.85, 0.99, size=slices)
+        suite = {name: Paired((rng.random(200) < truth[i] - (fall if i == 0 else 0)).astype(float),
+                              (rng.random(200) < truth[i]).astype(float)) for i, name in enumerate(names)}
+        results = [r for r in decide(suite, set(names), gate, seed=t).slices if not fall or r.name == "add/1"]
+        flagged += any(r.regressed for r in results)
+        per_slice += any(r.delta < -gate.slice_tolerance and r.high < 0 for r in results)
+    return flagged / trials, per_slice / trials
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=400)
     parser.add_argument("--confidences", default="0.95,0.98")
     parser.add_argument("--seed", type=int, default=0, help="of the trials' draws")
     parser.add_argument("--equal-only", action="store_true", help="only the false promotions")
+    parser.add_argument("--grown-trials", type=int, default=200, help="trials per cell of the slice guard's table")
     args = parser.parse_args()
     base = Settings.model_construct().gate
     print(f"{args.trials} trials each (draws of seed {args.seed}); {base.resamples} resamples")
@@ -75,6 +97,13 @@ def main() -> None:
             normal = normal_share(args.trials, confidence, args.seed)
             print(f"| {method} | {confidence:.2f} | {(1 - confidence) / 2:.1%} | {equal:.2%} | {normal:.2%} "
                   f"| {rejected} | {seconds:.3f} |", flush=True)
+    guard = replace(base, resamples=200)  # the guard's rules do not rest on the resamples
+    print(f"\nslice guard, {args.grown_trials} trials each: gate's rule / per-slice rule")
+    print("| slices | equal challenger flagged | fell 0.10 caught | fell 0.15 caught | fell 0.20 caught |")
+    print("|---|---|---|---|---|")
+    for slices in (14, 40, 80):
+        cells = [guard_rates(slices, fall, args.grown_trials, guard, args.seed) for fall in (0.0, 0.10, 0.15, 0.20)]
+        print(f"| {slices} | " + " | ".join(f"{a:.0%} / {b:.0%}" for a, b in cells) + " |", flush=True)
 
 
 if __name__ == "__main__":

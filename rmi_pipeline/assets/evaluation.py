@@ -139,14 +139,17 @@ def gate(decision, interval: dict) -> AssetCheckResult:
 
 
 def slice_table(decision) -> MetadataValue:
-    """Every slice as a sortable table: scores, the paired delta and its interval, whether it counts."""
+    """Every slice as a sortable table: scores, the paired delta and its interval, the sign test's p-value that the
+    challenger is worse, whether it counts."""
     from dagster import TableColumn, TableRecord, TableSchema
 
     columns = [("slice", "string"), ("items", "int"), ("counted", "bool"), ("challenger", "float"),
-               ("champion", "float"), ("delta", "float"), ("low", "float"), ("high", "float"), ("regressed", "bool")]
+               ("champion", "float"), ("delta", "float"), ("low", "float"), ("high", "float"), ("p_worse", "float"),
+               ("regressed", "bool")]
     records = [TableRecord({"slice": s.name, "items": s.items, "counted": s.counted,
                             **{k: None if getattr(s, k) is None else round(getattr(s, k), 4)
                                for k in ("challenger", "champion", "delta", "low", "high")},
+                            "p_worse": None if s.p_worse is None else float(f"{s.p_worse:.2g}"),
                             "regressed": s.regressed}) for s in decision.slices]
     return MetadataValue.table(records, schema=TableSchema([TableColumn(n, t) for n, t in columns]))
 

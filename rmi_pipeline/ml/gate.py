@@ -3,7 +3,10 @@
 A challenger is promoted only if
 - its overall gain (mean over the counted slices of challenger minus champion) has a lower confidence bound
   above `min_gain`: a gain the eval's noise could explain is not a gain;
-- no slice falls by more than `slice_tolerance` with an interval wholly below zero;
+- no slice falls by more than `slice_tolerance`, significantly: a sign test on the items where the two models
+  differ (McNemar's exact test), at the interval's one-sided level after the Benjamini-Hochberg step over every
+  slice. The suite grows a slice per tier, and at 80 slices the per-slice rule (any interval wholly below zero) flagged
+  a slice of two equal models in 2 trials of 5 (bench/gate_bootstrap.py): each promotion was a lottery;
 - no leak signal: on a set it could have seen (the public set, the frozen anchor) it does not gain more than
   `leak_gap` beyond what it gains on a set it cannot have seen (the private pool, the fresh refreshed set).
 With no champion, the first model is promoted if the lower bound of its score reaches `first_floor`.
@@ -37,6 +40,7 @@ class SliceResult:
     high: float | None
     counted: bool
     regressed: bool = False
+    p_worse: float | None = None  # one-sided sign-test p-value that the challenger is worse here
 
 
 @dataclass
@@ -95,9 +99,8 @@ def decide(slices: dict[str, Paired], counted: set[str], gate: Gate, *,
         if first:
             results.append(SliceResult(name, len(a), float(a.mean()), None, None, low, high, name in counted))
             continue
-        delta = float(values.mean())
-        results.append(SliceResult(name, len(a), float(a.mean()), float(pair.champion.mean()), delta, low, high,
-                                   name in counted, regressed=delta < -tolerance and high < 0))
+        results.append(SliceResult(name, len(a), float(a.mean()), float(pair.champion.mean()), float(values.mean()),
+                                   low, high, name in counted, p_worse=_p_worse(values)))
     new = float(np.mean([r.challenger for r in results if r.counted]))
     low, high = _interval([values_of[name] for name in sorted(counted)], confidence, resamples, rng, method)
     level = f"{confidence:.0%}"
@@ -107,6 +110,13 @@ def decide(slices: dict[str, Paired], counted: set[str], gate: Gate, *,
                f"{low:.3f} to {high:.3f}), {'at or above' if ok else 'below'} the floor {first_floor:.3f}.")
         return Decision(ok, why, new, None, None, low, high, results)
 
+    # the false discovery rate held over every slice: where none truly fell, the chance of flagging any is at most
+    # the one-sided level, however many slices the suite has grown
+    from scipy.stats import false_discovery_control
+
+    adjusted = false_discovery_control([r.p_worse for r in results], method="bh")
+    for r, p in zip(results, adjusted, strict=True):
+        r.regressed = bool(p <= (1 - confidence) / 2) and r.delta < -tolerance
     old = float(np.mean([r.champion for r in results if r.counted]))
     gain = new - old
     decision = Decision(False, "", new, old, gain, low, high, results)
@@ -123,7 +133,8 @@ def decide(slices: dict[str, Paired], counted: set[str], gate: Gate, *,
     elif regressed:
         worst = min(regressed, key=lambda r: r.delta)
         decision.reason = (f"Not promoted: slice {worst.name} falls {worst.delta:+.3f} (interval {worst.low:+.3f} "
-                           f"to {worst.high:+.3f}), past the tolerance {tolerance:.2f}; overall {summary}.")
+                           f"to {worst.high:+.3f}; sign test p {worst.p_worse:.1g}, significant among {len(results)} "
+                           f"slices), past the tolerance {tolerance:.2f}; overall {summary}.")
     elif low <= min_gain:
         decision.reason = (f"Not promoted: the {summary} is not significantly above {min_gain:+.3f} "
                            f"({new:.3f} vs champion {old:.3f} on the counted slices).")
@@ -134,20 +145,30 @@ def decide(slices: dict[str, Paired], counted: set[str], gate: Gate, *,
     return decision
 
 
+def _p_worse(values: np.ndarray) -> float:
+    """The sign test's one-sided p-value that the challenger is worse: of the items where the two differ, the
+    chance that at least this many go the champion's way if either way were as likely."""
+    from scipy.stats import binomtest
+
+    worse, better = int((values < 0).sum()), int((values > 0).sum())
+    return binomtest(worse, worse + better, alternative="greater").pvalue if worse else 1.0
+
+
 def _gain(pair: Paired) -> float:
     return float(np.mean(pair.challenger) - np.mean(pair.champion))
 
 
 def markdown(decision: Decision) -> str:
     """The verdict as the UI shows it: one sentence, then every slice with its delta and interval."""
-    lines = [decision.reason, "", "| slice | items | counted | challenger | champion | delta | interval | |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [decision.reason, "", "| slice | items | counted | challenger | champion | delta | interval | p worse | |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in decision.slices:
         champ = "-" if r.champion is None else f"{r.champion:.2f}"
         delta = "-" if r.delta is None else f"{r.delta:+.2f}"
+        p_worse = "-" if r.p_worse is None else f"{r.p_worse:.2g}"
         flag = "regressed" if r.regressed else ""
         lines.append(f"| {r.name} | {r.items} | {'yes' if r.counted else 'no'} | {r.challenger:.2f} | {champ} | "
-                     f"{delta} | {r.low:+.2f} to {r.high:+.2f} | {flag} |")
+                     f"{delta} | {r.low:+.2f} to {r.high:+.2f} | {p_worse} | {flag} |")
     if decision.leaks:
         lines += ["", "Leak signals (gain on a set the model could have seen minus gain on an unseen set): "
                   + ", ".join(f"{k} {v:+.3f}" for k, v in decision.leaks.items())]
