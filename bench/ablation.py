@@ -15,9 +15,9 @@
 Each configuration runs the real loop (`rmi run`'s jobs on a Dagster instance, MLflow, DuckDB) in its own
 RMI_HOME, in its own process. Configurations a-d start from one shared first model (cycle 0 has no champion to
 practise with, so it is the same for all): it is trained once and its RMI_HOME copied. Per cycle it prints the
-champion's private-eval mean (the frozen anchor), the
-highest tier the champion solves at 0.9 on fresh problems (every tier up to it, both skills), wall time, and the
-precision of the labels self-labelling kept. The truth used for those last two (the world's answers) is the
+champion's private-eval mean (the frozen anchor), the highest tier the champion solves at 0.9 on fresh problems
+(both skills; the curated tiers each, past them probed at doubling steps), wall time, and the precision of the
+labels self-labelling kept. The truth used for those last two (the world's answers) is the
 benchmark's only: the pipeline never sees it.
 """
 
@@ -63,19 +63,24 @@ PROBLEMS = 200  # fresh problems per skill and tier for the highest tier solved
 
 
 def highest_tier_solved(recipe, model, seed: int) -> tuple[dict, dict]:
-    """({skill: highest tier with it and every tier below at SOLVED}, {"skill/tier": accuracy}), measured up to
-    the first tier under SOLVED and at least over the anchor's tiers."""
+    """({skill: highest tier with it and every tier below at SOLVED}, {"skill/tier": accuracy}): every curated tier
+    measured, past them probed at doubling steps and then by halving (curriculum.first_unsolved), as accuracy falls
+    with length: a champion at 244 digits took over 15 minutes to measure tier by tier."""
+    from rmi_pipeline.ml.curriculum import first_unsolved
+
     rng = random.Random(f"bench-tiers-{seed}")
     accuracy, best = {}, {}
     for skill in recipe.skills:
-        best[skill] = 0
-        for tier in range(1, recipe.hardest_tier + 1):
-            accuracy[f"{skill}/{tier}"] = round(
-                sum(recipe.correct(model, recipe.sample_tasks(rng, PROBLEMS, [skill], [tier]))) / PROBLEMS, 2)
-            if best[skill] == tier - 1 and accuracy[f"{skill}/{tier}"] >= SOLVED:
-                best[skill] = tier
-            elif tier >= recipe.tiers[-1]:
-                break
+        def solves(tier: int, skill: str = skill) -> bool:
+            tasks = recipe.sample_tasks(rng, PROBLEMS, [skill], [tier])
+            accuracy[f"{skill}/{tier}"] = round(sum(recipe.correct(model, tasks)) / PROBLEMS, 2)
+            return accuracy[f"{skill}/{tier}"] >= SOLVED
+
+        curated = [solves(tier) for tier in recipe.tiers]
+        if all(curated):
+            best[skill] = first_unsolved(solves, recipe.tiers[-1] + 1, recipe.hardest_tier) - 1
+        else:
+            best[skill] = recipe.tiers[curated.index(False)] - 1
     return best, accuracy
 
 

@@ -4,11 +4,12 @@
 
 The real loop (`rmi run`'s jobs, the gate, the growing eval suite) from the recipe's seed set only (sums and
 differences of 1-3 digits, true answers). Each cycle the champion labels problems just past its reliable range and
-keeps the labels it backs up by working back from them (bench/ablation.py's `self`); in the `verifier` mode the
-recipe's verifier may also accept its practice answers and score its RL groups (`verifier`). No user asks anything.
-Per cycle: the gate's verdict, the highest tier the champion solves at 0.9 on fresh problems (every tier up to it)
-per skill, the share of the labels it kept that are right (only the benchmark knows the truth), the labels kept,
-the tiers the eval suite holds, the wall time and the tokens trained.
+keeps the labels it backs up, working back from them and by the recipe's route (bench/ablation.py's `self`); in the
+`verifier` mode the recipe's verifier may also accept its practice answers and score its RL groups (`verifier`). No
+user asks anything. Per cycle: the gate's verdict (and why a candidate was turned down), the highest tier the
+champion solves at 0.9 on fresh problems per skill (the curated tiers each, past them probed at doubling steps and
+then by halving), the share of the labels it kept that are right (only the benchmark knows the truth), the labels
+kept, the tiers the eval suite holds, the wall time and the tokens trained.
 """
 
 import argparse

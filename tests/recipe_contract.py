@@ -38,6 +38,8 @@ def check_tasks(recipe: Recipe) -> None:
                 assert recipe.canonical(task.prompt) == recipe.canonical(task.prompt)
                 for check, expected in recipe.checks(task.prompt, task.answer):
                     assert recipe.verify(check, expected)[0] == 1, "a check of a right label must hold"
+                route = recipe.route(task.prompt, rng)
+                assert route is None or all(recipe.is_valid_prompt(q) for q in route[0]), "a route asks valid prompts"
     seed = recipe.seed_tasks(random.Random(0))
     assert seed and all(recipe.is_valid_prompt(t.prompt) and recipe.is_valid_completion(t.answer) for t in seed), \
         "the seed set trains the first model: every row must be trainable"

@@ -145,6 +145,18 @@ def test_eval_suite_fills_every_slice_with_distinct_problems_and_small_tiers_are
             assert R.is_private_slice(skill, tier, len(items)) == (tier > 1)
 
 
+def test_a_route_through_other_problems_leads_to_the_same_answer_and_stops_at_an_odd_answer():
+    rng = random.Random(0)
+    for task in R.sample_tasks(rng, 300, list(R.skills), list(range(1, 41))):
+        first, last = R.route(task.prompt, rng)
+        question = last([str(problems.solve(*problems.parse(q))) for q in first])
+        assert str(problems.solve(*problems.parse(question))) == task.answer
+        assert question != task.prompt or task.tier == 1  # another problem, but for a 1-digit one drawn r = 0
+    first, last = R.route("512-87=", rng)
+    assert last(["12a", "5"]) is None and last(["", "5"]) is None and last(["9" * 1001, "5"]) is None
+    assert last(["5", "99"]) is None  # a difference that would be negative is no question
+
+
 def test_addition_is_canonical_up_to_operand_order():
     assert R.prompt_hash("3+50=") == R.prompt_hash("50+3=")
     assert R.prompt_hash("50-3=") != R.prompt_hash("3+50=")

@@ -1,6 +1,7 @@
 """How the champion teaches its successor: RL groups, a coach's hints, self-labels, and the training mix."""
 
 import random
+import zlib
 
 import pytest
 import torch
@@ -101,6 +102,9 @@ class Slipping(UpTo12Digits):
     def sample(self, model, prompts, k, temperature, seed):
         return [[self.slip(p)] * k if self.sure(p) else [self.slip(p)] * (k - 1) + [right(p)] for p in prompts]
 
+    def route(self, prompt, rng):
+        return None  # working back alone: its slips on a route's sums would drop the labels it rescues here
+
     @staticmethod
     def carries(p):
         a, op, b = problems.parse(p)
@@ -138,6 +142,51 @@ def test_a_self_label_is_kept_only_if_the_model_backs_it_up_by_working_back_from
     rescued = [p for p in checked if Slipping.carries(p)]  # greedy was wrong; the vote that passed its checks won
     assert rescued and not any(Slipping.sure(p) for p in rescued)
     assert set(checked) >= {p for p in votes_only if not Slipping.sure(p)}
+
+
+class SureOfItsSlips(UpTo12Digits):
+    """A 'model' with slips of its own, as a climb's champion had past 30 digits: one sum in three of two numbers of
+    2 digits or more it gets wrong, every vote agrees, and working back it answers as if the slip were right (c' - b
+    = a); everything else it answers right. Its slips are of the problem asked, so a problem on another way is not."""
+
+    def __init__(self):
+        self.slips = {}  # (the wrong sum, one operand) -> the other operand, as it would work back
+
+    def reply(self, prompt):
+        a, op, b = problems.parse(prompt)
+        if op == "-":
+            return str(self.slips.get((a, b), a - b))
+        if min(a, b) < 10 or zlib.crc32(prompt.encode()) % 3:
+            return str(a + b)
+        wrong = a + b + 10 * (1 + zlib.crc32(prompt.encode()) % 997)
+        self.slips |= {(wrong, b): a, (wrong, a): b}
+        return str(wrong)
+
+    def answer(self, model, prompts):
+        return [self.reply(p) for p in prompts]
+
+    def sample(self, model, prompts, k, temperature, seed):
+        return [[self.reply(p)] * k for p in prompts]
+
+
+class SureOfItsSlipsWithoutRoute(SureOfItsSlips):
+    def route(self, prompt, rng):
+        return None
+
+
+def test_a_label_the_model_backs_up_with_its_own_slips_is_dropped_on_the_way_through_other_problems():
+    def labels(recipe):
+        out = self_label(recipe, None, random.Random(0), labelling(problems=300), seed=0, last={"add": 5, "sub": 12})
+        assert out.tiers == {"add": 5}
+        return {r["prompt"]: r["target"] for r in out.rows}
+
+    checked = labels(SureOfItsSlipsWithoutRoute())
+    wrong = {p for p, t in checked.items() if t != right(p)}
+    assert len(wrong) > 50  # working back, it agrees with its slips
+    routed = labels(SureOfItsSlips())
+    assert all(t == right(p) for p, t in routed.items())  # a + r and b - r, then their sum, reach the right answer
+    # the way holds two sums, each a slip one time in three: about 4 right labels in 9 are kept (86 of 207)
+    assert len(routed) >= 0.35 * (len(checked) - len(wrong))
 
 
 class Exact(UpTo12Digits):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..ml.hygiene import canonical_hash
@@ -105,6 +105,13 @@ class Recipe(ABC):
         """Problems whose answers follow from this one if `completion` is right, as (prompt, expected answer): the
         model checks a label it wrote by working back from it (a + b = c implies c - b = a). None by default."""
         return []
+
+    def route(self, prompt: str, rng: random.Random) -> tuple[list[str], Callable[[list[str]], str | None]] | None:
+        """Another way to the prompt's answer: questions for the model first, and a function that puts its answers
+        together (as text, never by computing) into a last question with the same answer, or None if they cannot
+        make one. A label the model wrote is kept only if it walks the route to it too: working back meets the
+        model's own slips again, a route drawn afresh asks about other problems. None (no route) by default."""
+        return None
 
     @abstractmethod
     def is_valid_prompt(self, prompt: str) -> bool:

@@ -106,6 +106,20 @@ class ArithmeticRecipe(Recipe):
             return [(f"{c}-{b}=", str(a)), (f"{c}-{a}=", str(b))]
         return [(f"{c}+{b}=", str(a))] + ([(f"{a}-{c}=", str(b))] if c <= a else [])
 
+    def route(self, prompt, rng):
+        # a + b = (a + r) + (b - r) and a - b = (a + r) - (b + r), r drawn afresh: each place of the problems on the
+        # way holds other digits, where the model's slips (a 9 written 8 where a carry arrives) do not follow
+        a, op, b = self._parse(prompt)  # a difference is never negative
+        r = rng.randrange(b + 1) if op == "+" else rng.randrange(10 ** len(str(a)))
+        first = [f"{a}+{r}=", f"{b}-{r}=" if op == "+" else f"{b}+{r}="]
+
+        def last(answers: list[str]) -> str | None:
+            if not all(problems.is_answer(x) and len(x) <= problems.MAX_DIGITS for x in answers):
+                return None
+            x, y = map(int, answers)
+            return f"{x}{op}{y}=" if op == "+" or x >= y else None
+        return first, last
+
     def _complete(self, model, prompts, bans: list[tuple[int, int]] | None = None, **decoding):
         """Answers decoded in groups of one width (their prompts are as long and as many answer digits follow);
         `bans`: a (step, token) each prompt may not write there."""
