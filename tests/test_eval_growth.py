@@ -115,15 +115,22 @@ def test_a_champion_that_generalizes_past_the_suite_s_growth_gets_a_horizon_slic
     assert horizon_slices(manifest) == first
     dense_top = reach(recipe, manifest["slices"])  # a tier near 0.9 may have been sealed on this draw
 
-    monkeypatch.setattr(KnowsUpTo, "knows", 30)  # it climbed past the near horizon, not the far one: no new one
-    meta, manifest = promoted_and_suite()
-    assert horizon_slices(manifest) == first and meta["champion add/" + str(FAR * near)] < HEADROOM
+    monkeypatch.setattr(KnowsUpTo, "knows", 30)  # it climbed past the near horizon, not the far one: a near one
+    meta, manifest = promoted_and_suite()     # again between them, where its next gain shows
+    between = horizon_slices(manifest)
+    for skill in recipe.skills:
+        (near, far), (_, middle, _) = first[skill], between[skill]
+        assert between[skill] == [near, middle, far] and near["tier"] < middle["tier"] < far["tier"]
+        assert meta[f"champion {skill}/{middle['tier']}"] < HORIZON <= meta[f"champion {skill}/{near['tier']}"]
+        assert meta[f"champion {skill}/{far['tier']}"] < HEADROOM
     assert reach(recipe, manifest["slices"]) == {s: dense_top[s] + 6 for s in recipe.skills}  # at most 6 a cycle
+    meta, manifest = promoted_and_suite()  # as strong again: it fails the new one, nothing more is sealed
+    assert horizon_slices(manifest) == between
 
     monkeypatch.setattr(KnowsUpTo, "knows", 400)  # and past the far one: two more, the old ones stay
     meta, manifest = promoted_and_suite()
     for skill in recipe.skills:
         *old, near, far = horizon_slices(manifest)[skill]
-        assert old == first[skill] and near["tier"] > first[skill][1]["tier"]
+        assert old == between[skill] and near["tier"] > first[skill][1]["tier"]
         assert far["tier"] == min(FAR * near["tier"], recipe.hardest_tier)
         assert meta[f"champion {skill}/{near['tier']}"] < HORIZON

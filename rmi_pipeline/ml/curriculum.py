@@ -98,7 +98,8 @@ def suite_growth(recipe, model, items: list[dict], saturation: float, lead: int,
     followed over several cycles, so the eval's cost grows by a bounded step. A model that generalizes further
     than that (this recipe's addition: 60-85 digits after a cycle or two) still answers the suite's hardest slice
     at HORIZON or better, and then two horizon slices are sealed past it (items marked "horizon"): the first tier
-    it answers under HORIZON, and FAR times as many digits. Counted by the gate, so the next gain out there shows,
+    it answers under HORIZON, and FAR times as many digits (marked "far"). When the model answers every horizon slice
+    short of a far one, a near one is sealed again past them. Counted by the gate, so the next gain out there shows,
     but not tiers practice reaches or the suite grows from."""
     from .tasks import Task
 
@@ -107,6 +108,7 @@ def suite_growth(recipe, model, items: list[dict], saturation: float, lead: int,
         by_slice.setdefault((item["skill"], int(item["tier"])), []).append(
             Task(item["prompt"], item["answer"], item["skill"], int(item["tier"])))
     dense = {(i["skill"], int(i["tier"])) for i in items if not i.get("horizon")}
+    far = {(i["skill"], int(i["tier"])) for i in items if i.get("far")}
     new, grow, scores = [], {}, {}
 
     def solves(skill: str, tier: int, tasks: list[Task], at: float = saturation) -> bool:
@@ -137,18 +139,31 @@ def suite_growth(recipe, model, items: list[dict], saturation: float, lead: int,
             draw(skill, list(range(drawn + 1, last + 1)))
             grow[skill] = list(range(top + 1, last + 1))
         hardest = max(t for s, t in by_slice if s == skill)
+        horizons = sorted(t for s, t in by_slice if s == skill and (s, t) not in dense and t not in grow.get(s, []))
+        failing = [t for t in horizons if not solves(skill, t, by_slice[(skill, t)], at=HORIZON)]
+        if failing:
+            # past a near slice it now answers, only the far one is left, and nothing measures the gains between
+            # them (a climb's champion solved 170-digit sums while the suite's stopped at 140 and 1,000 digits, and
+            # its next candidate's gain did not show): a near slice again, just past what it answers
+            passed = [t for t in horizons if t < failing[0]]
+            found = horizon(recipe, model, skill, passed[-1], rng, per_tier, scores) \
+                if (skill, failing[0]) in far and passed else None
+            if found is not None and found[0] < failing[0]:
+                new.extend({**vars(t), "horizon": True} for t in found[1])
+                grow[skill] = grow.get(skill, []) + [found[0]]
+            continue
         if not solves(skill, hardest, by_slice[(skill, hardest)], at=HORIZON):
             continue
         found = horizon(recipe, model, skill, hardest, rng, per_tier, scores)
         if found is None:
             continue
         tier, tasks = found
-        far = min(FAR * tier, recipe.hardest_tier)
-        if far > tier:  # one cycle may carry a champion far past `tier` (here: from <25% at 27 digits to 50% at 108)
-            further = recipe.build_eval_suite(rng, problems_at(per_tier, far),
-                                              {s: [far] if s == skill else [] for s in recipe.skills})
-            solves(skill, far, further)
-            tasks = tasks + further
         new.extend({**vars(t), "horizon": True} for t in tasks)
-        grow[skill] = grow.get(skill, []) + sorted({tier, far})
+        far_tier = min(FAR * tier, recipe.hardest_tier)
+        if far_tier > tier:  # a cycle may carry a champion far past `tier` (here: from <25% at 27 digits to 50% at 108)
+            further = recipe.build_eval_suite(rng, problems_at(per_tier, far_tier),
+                                              {s: [far_tier] if s == skill else [] for s in recipe.skills})
+            solves(skill, far_tier, further)
+            new.extend({**vars(t), "horizon": True, "far": True} for t in further)
+        grow[skill] = grow.get(skill, []) + sorted({tier, far_tier})
     return new, {s: ts for s, ts in grow.items() if ts}, scores
