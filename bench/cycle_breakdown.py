@@ -63,7 +63,8 @@ def main() -> None:
     meta = {e.asset_key.to_user_string(): {k: v.value for k, v in e.materialization.metadata.items()}
             for e in result.get_asset_materialization_events()}
     fit = meta["candidate_model"]["train_seconds"]
-    decode = meta["candidate_evaluation"]["eval_compute_seconds"]
+    # the champion answering the suite's edge (eval_suite) is evaluation compute too
+    decode = meta["candidate_evaluation"]["eval_compute_seconds"] + meta["eval_suite"]["growth_compute_seconds"]
     practise = meta["practice"].get("practice_compute_seconds", 0.0)
     steps = {s.step_key: s.end_time - s.start_time for s in instance.get_run_step_stats(result.run_id)}
     compute = fit + decode + practise
@@ -73,7 +74,7 @@ def main() -> None:
         ("improvement_cycle run", cycle_seconds),
         *((f"  step {k}", v) for k, v in steps.items()),
         ("  of which Lightning fit", fit),
-        ("  of which eval decoding", decode),
+        ("  of which eval decoding (the suite's edge, the gate's items)", decode),
         ("  of which practice (the champion decoding, the verifier)", practise),
     ]
     width = max(len(name) for name, _ in rows)

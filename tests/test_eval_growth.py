@@ -1,10 +1,12 @@
 """The eval suite grows ahead of the champion: the next tiers are sealed before the top ones saturate."""
 
+import numpy as np
 import torch
 from dagster import instance_for_test, materialize
 from knowing_recipe import KnowsUpTo
 
 from rmi_pipeline.assets import eval_suite
+from rmi_pipeline.ml.tasks import Task
 from rmi_pipeline.resources import build_resources, layout
 from rmi_pipeline.settings import Settings
 from rmi_pipeline.world.curators import curate_eval_suite
@@ -69,7 +71,8 @@ def test_a_champion_that_solves_the_top_tiers_makes_the_suite_seal_the_next_ones
 
 def test_a_champion_that_generalizes_past_the_suite_s_growth_gets_a_horizon_slice_it_still_fails(
         rmi_env, monkeypatch):
-    from rmi_pipeline.ml.curriculum import FAR, HEADROOM, HORIZON, problems_at, reach
+    from rmi_pipeline.ml.curriculum import EDGE_ITEMS, FAR, HEADROOM, HORIZON, problems_at, reach
+    from rmi_pipeline.ml.gate import Paired, decide
 
     monkeypatch.setenv("RMI_RECIPE", "knowing_recipe:KnowsUpTo")
     monkeypatch.setenv("RMI_EVAL_ITEMS_PER_SLICE", "40")
@@ -94,7 +97,8 @@ def test_a_champion_that_generalizes_past_the_suite_s_growth_gets_a_horizon_slic
         return meta, storage.read_json(layout.EVAL_MANIFEST)
 
     def horizon_slices(manifest: dict) -> dict[str, list[dict]]:
-        return {s: [x for x in manifest["slices"] if x["skill"] == s and x["horizon"]] for s in recipe.skills}
+        return {s: [x for x in manifest["slices"] if x["skill"] == s and x["horizon"] and not x["edge"]]
+                for s in recipe.skills}
 
     meta, manifest = promoted_and_suite()
     first = horizon_slices(manifest)
@@ -124,6 +128,21 @@ def test_a_champion_that_generalizes_past_the_suite_s_growth_gets_a_horizon_slic
         assert meta[f"champion {skill}/{middle['tier']}"] < HORIZON <= meta[f"champion {skill}/{near['tier']}"]
         assert meta[f"champion {skill}/{far['tier']}"] < HEADROOM
     assert reach(recipe, manifest["slices"]) == {s: dense_top[s] + 6 for s in recipe.skills}  # at most 6 a cycle
+    # and where it is still sure, past the dense tiers and short of the near slice, an edge slice big enough that
+    # a candidate which lost that reach is turned down (it solves the dense tiers and every slice but this one)
+    grown = eval_store.read_json(layout.grown(meta["grown_version"]))["items"]
+    for skill in recipe.skills:
+        (edge,) = [x for x in manifest["slices"] if x["skill"] == skill and x["edge"]]
+        assert dense_top[skill] + 6 < edge["tier"] < first[skill][0]["tier"] and edge["items"] == EDGE_ITEMS
+        assert meta[f"champion {skill}/{edge['tier']}"] >= 0.8
+        items = [i for i in grown if i["skill"] == skill and i["tier"] == edge["tier"]]
+        sure = recipe.correct(None, [Task(i["prompt"], i["answer"], skill, i["tier"]) for i in items])
+        monkeypatch.setattr(KnowsUpTo, "knows", edge["tier"] - 30)
+        lost = recipe.correct(None, [Task(i["prompt"], i["answer"], skill, i["tier"]) for i in items])
+        monkeypatch.setattr(KnowsUpTo, "knows", 30)
+        verdict = decide({"edge": Paired(np.array(lost, dtype=float), np.array(sure, dtype=float))}, {"edge"},
+                         Settings().gate)
+        assert not verdict.promote and verdict.slices[0].regressed, verdict.reason
     meta, manifest = promoted_and_suite()  # as strong again: it fails the new one, nothing more is sealed
     assert horizon_slices(manifest) == between
 

@@ -7,6 +7,7 @@ hard cases, held out by hash).
 """
 
 import random
+import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
@@ -63,8 +64,9 @@ def save_slice_scores(storage: ObjectStore, version, manifest: dict, scores: dic
 
 
 def _grow(recipe, settings: Settings, eval_store: ObjectStore, registry: ModelRegistry, suite: list[dict],
-          grown: dict) -> tuple[dict, dict, dict]:
-    """(grown set, {skill: tiers sealed now}, {"skill/tier": champion's score}): when the champion solves one of the
+          grown: dict) -> tuple[dict, dict, dict, float]:
+    """(grown set, {skill: tiers sealed now}, {"skill/tier": champion's score}, seconds the champion spent
+    answering the suite's edge): when the champion solves one of the
     suite's top RMI_EVAL_LEAD tiers of a skill, the next tiers are sealed into a new version of the grown set, as
     many as keep RMI_EVAL_LEAD of them past the highest it solves, and horizon slices past them when it still
     answers the hardest a quarter right. Once per cycle, so a champion the gate kept is followed a step further
@@ -73,16 +75,18 @@ def _grow(recipe, settings: Settings, eval_store: ObjectStore, registry: ModelRe
 
     champion = registry.version(CHAMPION)
     if champion is None:
-        return grown, {}, {}
+        return grown, {}, {}, 0.0
     version = f"{len(eval_store.list(layout.GROWN)) + 1:04d}"
-    new, added, scores = suite_growth(recipe, registry.load(champion.version, recipe), suite, settings.saturation,
-                                      settings.eval_lead, random.Random(f"grow-{settings.seed}-{version}"),
-                                      settings.eval_items_per_slice)
+    model = registry.load(champion.version, recipe)
+    started = time.perf_counter()
+    new, added, scores = suite_growth(recipe, model, suite, settings.saturation, settings.eval_lead,
+                                      random.Random(f"grow-{settings.seed}-{version}"), settings.eval_items_per_slice)
+    seconds = time.perf_counter() - started
     if added:
         grown = {"version": version, "grew_from": grown["version"], "champion_version": str(champion.version),
                  "added": added, "items": grown["items"] + new}
         eval_store.write_json(layout.grown(version), grown)
-    return grown, added, scores
+    return grown, added, scores, seconds
 
 
 @asset(deps=[feedback_events], group_name="evals", kinds={"json"})
@@ -99,13 +103,14 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
     recipe = load_recipe(settings.recipe)
     anchor = load_anchor(eval_store)
     grown = load_grown(eval_store)
-    grown, added, champion_scores = _grow(recipe, settings, eval_store, registry, anchor["items"] + grown["items"],
-                                          grown)
+    grown, added, champion_scores, growth_seconds = _grow(recipe, settings, eval_store, registry,
+                                                          anchor["items"] + grown["items"], grown)
     suite = anchor["items"] + grown["items"]
     tiers = {skill: sorted({int(i["tier"]) for i in suite if i["skill"] == skill}) for skill in recipe.skills}
     # a horizon slice (every item of it sealed as one) only has to show the champion still failing there
     dense = {(i["skill"], int(i["tier"])) for i in suite if not i.get("horizon")}
     horizon = {(s, t) for s, ts in tiers.items() for t in ts if (s, t) not in dense}
+    edge = {(i["skill"], int(i["tier"])) for i in suite if i.get("edge")}  # at the champion's reach when sealed
     # the n-th refresh of a seed is drawn the same way every time, so the same seed gives the same loop
     drawn = len(eval_store.list(layout.REFRESHED))
     stamp = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{drawn}"
@@ -123,7 +128,7 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
     for item in suite:
         counts[(item["skill"], item["tier"])] = counts.get((item["skill"], item["tier"]), 0) + 1
     slices = [{"skill": s, "tier": t, "items": n, "private": recipe.is_private_slice(s, t, n),
-               "horizon": (s, t) in horizon} for (s, t), n in sorted(counts.items())]
+               "horizon": (s, t) in horizon, "edge": (s, t) in edge} for (s, t), n in sorted(counts.items())]
     private = {(s["skill"], s["tier"]) for s in slices if s["private"]}
     # Slices too small to keep private (every problem is one a user will ask) are scored but not counted,
     # so training on their problems is no leak.
@@ -153,8 +158,10 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
         "anchor_version": anchor["version"], "grown_version": grown["version"] or "none", "tiers": held,
         "tiers_sealed_now": ", ".join(f"{skill} {spans(ts)}" for skill, ts in added.items()) or "none",
         "horizon_slices": ", ".join(slice_name(s, t) for s, t in sorted(horizon)) or "none",
+        "edge_slices": ", ".join(slice_name(s, t) for s, t in sorted(edge)) or "none",
         **{f"champion {name}": round(v, 3) for name, v in champion_scores.items()},
         "refreshed_version": stamp, **manifest["sets"],
+        "growth_compute_seconds": round(growth_seconds, 3),  # the champion answering the suite's edge
         "private_slices": len(private), "sealed_hashes": len(manifest["hashes"]),
         "excluded_slices": ", ".join(slice_name(s["skill"], s["tier"]) for s in slices if not s["private"]) or "none",
     })
