@@ -5,7 +5,9 @@
 In a throwaway RMI_HOME it trains a first model, lets simulated users give one batch of feedback, then
 times one cycle: the world, the ingest run and the improvement_cycle run, each Dagster step, and inside
 them the model's compute: Lightning's fit, batched decoding on the eval suite, and practice (the champion
-decoding its successor's problems, the verifier scoring them). Everything else in the wall time - Dagster runs
+decoding its successor's problems, the verifier scoring them). What a process of the loop pays once (imports, the
+warm training worker's start, opening the warehouse) is paid before the timed cycle, as `rmi run` pays it once
+for all its cycles. Everything else in the wall time - Dagster runs
 and events, MLflow calls, validation, file I/O, process start-up - is orchestration. Part of it is Dagster's own
 floor, measured beside it: runs of as many empty steps on the same instance, which no code of the loop's can remove.
 """
@@ -42,6 +44,11 @@ def main() -> None:
     cycle_job = defs.resolve_job_def("improvement_cycle")
     print(f"bench: first model in {home} ...", flush=True)
     cycle_job.execute_in_process(instance=instance, run_config=QUIET_LOGS)
+    # what a process pays once, as torch's import and the warm training worker's start: `rmi run` opens the warehouse
+    # in its first ingest and keeps it open for every cycle after (0.2-0.3 s)
+    from rmi_pipeline.resources import build_resources
+
+    build_resources(settings)["warehouse"].migrate()
 
     print("bench: timing one improvement cycle ...", flush=True)
     wall = time.perf_counter()

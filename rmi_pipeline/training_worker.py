@@ -9,7 +9,8 @@ is this module's client instead: it connects to the warm worker of this home and
 answers), hands over its environment, working folder and standard streams, and waits. The worker forks a child that
 runs `train_candidate.main()` with them: every candidate still trains in a process of its own, outside the Dagster
 run, with the Pipes context in its environment; only the imported modules are shared, copy on write. The worker
-itself never runs torch (no threads, no CUDA before a fork).
+itself never runs torch (no threads, no CUDA before a fork). What a fork cannot share (polars and pyarrow start
+threads when imported) a spare child imports while the worker is idle: the next client's program starts from it.
 
 The client exits with the child's status; SIGINT or SIGTERM to the client goes to the child; a client that dies
 takes its child with it (the worker sees its connection close). The worker exits when idle for
@@ -42,12 +43,13 @@ COMMAND = [sys.executable, "-m", "rmi_pipeline.training_worker"]  # the client: 
 FOLDER = "RMI_TRAINING_WORKER_DIR"  # set by the launcher: RMI_HOME/training_worker (pid and log files)
 IDLE = "RMI_TRAINING_WORKER_IDLE_SECONDS"  # set by the launcher from the settings
 # not polars or pyarrow: they start threads (an out-of-core cleaner, jemalloc's) when imported, and a fork copies
-# none of them, with whatever locks they hold; each child imports those two itself (0.4 s)
+# none of them, with whatever locks they hold; the spare child imports those two after its fork (0.4 s)
+SPARE_IMPORTS = ("polars", "pyarrow.parquet")
 PRELOAD = ("torch", "lightning", "fsspec", "rmi_pipeline.train_candidate", "rmi_pipeline.ml.train",
            "rmi_pipeline.ml.objective", "rmi_pipeline.ml.rl", "rmi_pipeline.ml.lit_gpt", "rmi_pipeline.settings")
 # environment read when modules load (threads, devices, paths): a worker serves only clients that agree on these
 SHAPING = ("OMP_", "MKL_", "OPENBLAS_", "CUDA_", "PYTORCH_", "TORCH", "NCCL_", "PYTHON", "LD_", "HF_",
-           "TRANSFORMERS_", "RMI_RECIPE", "PATH", "VIRTUAL_ENV", FOLDER)
+           "TRANSFORMERS_", "POLARS_", "ARROW_", "RMI_RECIPE", "PATH", "VIRTUAL_ENV", FOLDER)
 SET_BY_IMPORTS = ("TORCHINDUCTOR_CACHE_DIR", "PYTORCH_NVML_BASED_CUDA_CHECK")  # torch and Lightning set these
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # what Dagster sends a run's training program to stop it
 START_SECONDS = 180.0  # a worker that has not answered by then is given up on: the client trains cold
@@ -203,24 +205,37 @@ def serve(path: str) -> int:
         pass
     listener.bind(path)
     listener.listen(16)
-    pid_file.write_text(json.dumps({"pid": os.getpid(), "socket": path}))
+    _status(pid_file, path, None)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"training worker {os.getpid()} ready on {path}", flush=True)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
     children: dict[int, socket.socket] = {}  # child pid -> its client's connection
+    spare: _Spare | None = None
+    spares = True  # until a spare dies unused: then each program is forked when its client comes
     last_busy = time.monotonic()
     try:
         while True:
+            if spare is None and spares and not children:  # idle: the next program's imports, ahead of it
+                spare = _Spare([listener, selector])
+                _status(pid_file, path, spare.pid)
             for key, _ in selector.select(timeout=0.2):
                 if key.fileobj is listener:
                     conn, _ = listener.accept()
-                    if _start(conn, children, selector, listener) == "stop":
+                    if _start(conn, children, selector, listener, spare) == "stop":
                         return 0
+                    if spare is not None and spare.used:
+                        spare = None
+                        _status(pid_file, path, None)
                 else:  # a client closed its connection: its child goes too
                     pid = key.data
                     selector.unregister(key.fileobj)
                     _end(pid, signal.SIGTERM)
+            if spare is not None and spare.died():
+                print(f"training worker: spare child {spare.pid} exited unused; forking each program instead",
+                      flush=True)
+                spare, spares = None, False
+                _status(pid_file, path, None)
             for pid in list(children):
                 done, status = os.waitpid(pid, os.WNOHANG)
                 if done:
@@ -242,13 +257,79 @@ def serve(path: str) -> int:
     finally:
         for pid in children:
             _end(pid, signal.SIGTERM)
+        if spare is not None:
+            spare.stop()
         if os.path.exists(path):
             os.unlink(path)
         pid_file.unlink(missing_ok=True)
 
 
-def _start(conn: socket.socket, children: dict, selector, listener: socket.socket) -> str | None:
-    """Fork the training program for one client, or answer a stop."""
+def _status(pid_file: Path, path: str, spare: int | None) -> None:
+    """The worker's pid file: its process, its socket (for --stop) and its spare child, if one waits."""
+    pid_file.with_suffix(".tmp").write_text(json.dumps({"pid": os.getpid(), "socket": path, "spare": spare}))
+    os.replace(pid_file.with_suffix(".tmp"), pid_file)
+
+
+def _fork(inherited: list, program) -> int:
+    """A child that closes the worker's sockets and runs `program()` (which never returns). The stop signals wait
+    until the child is ready for them: one that reached it inside fork, before Python reset its signal state there,
+    would be lost, and the child would train on, unstoppable."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    pid = os.fork()
+    if pid:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        return pid
+    try:
+        for held in inherited:
+            held.close()
+        program()
+    finally:
+        os._exit(1)
+
+
+class _Spare:
+    """A child forked while the worker is idle: it imports SPARE_IMPORTS, then waits for the next client's request
+    on a socket pair and becomes that client's training program (the stop signals blocked until then)."""
+
+    def __init__(self, inherited: list):
+        self.conn, theirs = socket.socketpair()
+        self.pid = _fork([*inherited, self.conn], lambda: self._wait(theirs))
+        theirs.close()
+        self.used = False
+
+    @staticmethod
+    def _wait(conn: socket.socket) -> None:
+        for name in SPARE_IMPORTS:
+            importlib.import_module(name)
+        request, fds = _receive(conn, with_fds=3)
+        if request is None:  # the worker stopped or died
+            os._exit(0)
+        conn.close()
+        _child(request, fds)
+
+    def take(self, request: dict, fds: list[int]) -> int | None:
+        """Hand a client's request over: the pid of the program, or None where the spare is gone."""
+        self.used = True
+        try:
+            _send(self.conn, request, fds)
+            return self.pid
+        except OSError:
+            return None
+        finally:
+            self.conn.close()
+
+    def died(self) -> bool:
+        return os.waitpid(self.pid, os.WNOHANG)[0] != 0
+
+    def stop(self) -> None:
+        self.conn.close()  # it reads the end of its socket and exits
+        _end(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+
+
+def _start(conn: socket.socket, children: dict, selector, listener: socket.socket, spare: _Spare | None
+           ) -> str | None:
+    """Hand one client's request to the spare child or a child forked for it, or answer a stop."""
     conn.settimeout(10)  # a client sends its request at once: one that does not must not hold up the others
     try:
         request, fds = _receive(conn, with_fds=3)
@@ -267,17 +348,10 @@ def _start(conn: socket.socket, children: dict, selector, listener: socket.socke
         _send(conn, {"cold": "CUDA is initialized in the worker"})
         conn.close()
         return None
-    # the stop signals wait until the child is ready for them: one that reached it inside fork, before Python reset
-    # its signal state there, would be lost, and the child would train on, unstoppable
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    pid = os.fork()
-    if pid:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-    else:  # the worker's own sockets close in the child: a client must see EOF if the worker dies
-        for inherited in (listener, selector, *children.values()):
-            inherited.close()
-        conn.close()
-        _child(request, fds)
+    pid = spare.take(request, fds) if spare is not None else None
+    if pid is None:
+        inherited = [listener, selector, conn, *children.values()] + ([spare.conn] if spare else [])
+        pid = _fork(inherited, lambda: _child(request, fds))
     for fd in fds:
         os.close(fd)
     try:

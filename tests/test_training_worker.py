@@ -27,6 +27,26 @@ def the_worker(folder: Path) -> psutil.Process:
     return psutil.Process(json.loads(pid_file.read_text())["pid"])
 
 
+def programs(worker: psutil.Process, folder: Path) -> list[psutil.Process]:
+    """The worker's children that are training programs: not the spare child waiting for the next client."""
+    (pid_file,) = folder.glob("*.pid")
+    spare = json.loads(pid_file.read_text())["spare"]
+    return [child for child in worker.children() if child.pid != spare]
+
+
+def settled(worker: psutil.Process, folder: Path) -> list[psutil.Process]:
+    """The worker's children once it is idle again: the one spare it forks ahead of the next client."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        (pid_file,) = folder.glob("*.pid")
+        spare = json.loads(pid_file.read_text())["spare"]
+        children = worker.children()
+        if spare is not None and [c.pid for c in children] == [spare]:
+            return children
+        time.sleep(0.05)
+    return worker.children()
+
+
 def blocked_training(tmp_path: Path) -> dict:
     """The environment of a training program under Pipes whose warm start is a named pipe nobody writes: it waits
     there until it is stopped."""
@@ -56,19 +76,23 @@ def test_each_candidate_trains_in_a_child_of_one_warm_worker_that_a_dying_client
     assert os.stat(Path(json.loads(pid_file.read_text())["socket"]).parent).st_mode & 0o077 == 0
     again = subprocess.run(CLIENT, env=env, capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and the_worker(folder).pid == worker.pid  # the same worker, warm
-    assert worker.children() == []  # each program was a child of its own, and is gone
+    (spare,) = settled(worker, folder)  # each program was a child of its own, and is gone; a spare waits
 
     # a client killed while its program trains takes the program with it; the worker stays
     client = subprocess.Popen(CLIENT, env={**env, **blocked_training(tmp_path)})
     deadline = time.monotonic() + 60
-    while not worker.children() and time.monotonic() < deadline:
+    while not programs(worker, folder) and time.monotonic() < deadline:
         time.sleep(0.05)
-    (child,) = worker.children()
-    assert child.pid != client.pid
+    (child,) = worker.children()  # the spare became this client's program; no other is forked while it trains
+    assert child.pid == spare.pid != client.pid
+    # a client beside it: no spare waits while a program trains, so this one's program is forked when it comes
+    beside = subprocess.run(CLIENT, env=env, capture_output=True, text=True, timeout=60)
+    assert beside.returncode == 2 and "materialize candidate_model" in beside.stderr
     client.kill()
     client.wait()
     gone, _ = psutil.wait_procs([child], timeout=30)
     assert gone and worker.is_running()
+    settled(worker, folder)
 
     # Ctrl-C (as Dagster sends when a run is terminated) reaches the program, and its status comes back, even sent
     # the moment the program is forked (a signal that reached the child inside fork was lost once: it never ended)
@@ -76,16 +100,16 @@ def test_each_candidate_trains_in_a_child_of_one_warm_worker_that_a_dying_client
         (tmp_path / str(attempt)).mkdir()
         client = subprocess.Popen(CLIENT, env={**env, **blocked_training(tmp_path / str(attempt))},
                                   stderr=subprocess.PIPE, text=True)
-        while not worker.children() and time.monotonic() < deadline + 60 * (attempt + 1):
+        while not programs(worker, folder) and time.monotonic() < deadline + 60 * (attempt + 1):
             time.sleep(0.001)
         client.send_signal(signal.SIGINT)
         _, err = client.communicate(timeout=60)
         assert client.returncode != 0 and "KeyboardInterrupt" in err
-        assert worker.children() == []
+        (spare,) = settled(worker, folder)
 
-    assert stop(folder) == 1
-    psutil.wait_procs([worker], timeout=30)
-    assert not worker.is_running() and list(folder.glob("*.pid")) == []
+    assert stop(folder) == 1  # the worker and its spare child both end
+    gone, alive = psutil.wait_procs([worker, spare], timeout=30)
+    assert alive == [] and list(folder.glob("*.pid")) == []
 
 
 def test_a_warm_candidate_is_the_cold_program_s_candidate_weight_for_weight(rmi_env, monkeypatch):

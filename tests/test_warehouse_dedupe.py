@@ -71,3 +71,28 @@ def test_a_home_copied_or_moved_elsewhere_keeps_its_warehouse(tmp_path):
     moved = wh.Warehouse(path=str(tmp_path / "copy" / "warehouse.sqlite"))
     assert moved.ingest(events("e0", "new", batch="b2")) == (1, 1)
     assert len(stored(moved)) == 3001
+
+
+def test_a_stream_reads_every_commit_made_since_its_process_opened_the_lake(tmp_path):
+    """The DuckDB that streams (the dataset, the mined eval set) is opened once per process and stays open: each
+    query still reads the latest snapshot, of this process's ingests and of another process's."""
+    import subprocess
+    import sys
+
+    warehouse = wh.Warehouse(path=str(tmp_path / "w.sqlite"))
+    warehouse.ingest(events("a"))
+
+    def streamed() -> list[str]:
+        return sorted(i for frame in warehouse.stream("SELECT event_id FROM feedback_events ORDER BY event_id")
+                      for i in frame["event_id"])
+
+    assert streamed() == ["a"]
+    warehouse.ingest(events("b", batch="b2"))
+    assert streamed() == ["a", "b"]
+    other = ("from rmi_pipeline.resources.warehouse import Warehouse; from rmi_pipeline.schema import event_frame; "
+             f"print(Warehouse(path={str(tmp_path / 'w.sqlite')!r}).ingest(event_frame([{{'event_id': 'c', "
+             "'schema_version': 1, 'prompt': 'c?', 'completion': 'x', 'rating': 'up', 'source': 'user', "
+             "'batch_id': 'b3'}])))")
+    done = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True, check=True)
+    assert done.stdout == "(1, 0)\n"
+    assert streamed() == ["a", "b", "c"]

@@ -7,7 +7,9 @@ leak pairs, on the anchor's slices (the grown tiers are harder, and no public it
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -33,16 +35,29 @@ class Scored:
     right: list[np.ndarray]
 
     def paired(self, keep) -> Paired:
-        idx = [i for i, (name, task) in enumerate(self.tasks) if keep(name, task)]
+        return self._pair([i for i, (name, task) in enumerate(self.tasks) if keep(name, task)])
+
+    def _pair(self, idx: list[int]) -> Paired:
         return Paired(self.right[0][idx], self.right[1][idx] if len(self.right) > 1 else None)
+
+    @cached_property
+    def _groups(self) -> dict[tuple[str, str, int], list[int]]:
+        """Item positions by (set, skill, tier), in order: a slice is found once, not by a pass over every item."""
+        groups: dict[tuple[str, str, int], list[int]] = defaultdict(list)
+        for i, (name, task) in enumerate(self.tasks):
+            groups[(name, task.skill, task.tier)].append(i)
+        return groups
+
+    def _items(self, names, skill: str, tier: int | None = None) -> list[int]:
+        return sorted(i for (n, s, t), idx in self._groups.items() if n in names and s == skill and tier in (None, t)
+                      for i in idx)
 
     def slices(self) -> dict[str, Paired]:
         """Every slice of the suite (anchor, grown and refreshed pooled), then each skill's mined hard cases."""
-        out = {slice_name(s, t): self.paired(lambda n, task, s=s, t=t: n in POOLED and
-                                             (task.skill, task.tier) == (s, t))
-               for s, t in sorted({(task.skill, task.tier) for n, task in self.tasks if n in SEALED})}
-        for skill in sorted({task.skill for n, task in self.tasks if n == MINED}):
-            out[slice_name(MINED, skill)] = self.paired(lambda n, task, skill=skill: n == MINED and task.skill == skill)
+        sealed = sorted({(s, t) for n, s, t in self._groups if n in SEALED})
+        out = {slice_name(s, t): self._pair(self._items(POOLED, s, t)) for s, t in sealed}
+        for skill in sorted({s for n, s, _ in self._groups if n == MINED}):
+            out[slice_name(MINED, skill)] = self._pair(self._items((MINED,), skill))
         return out
 
     def leak_pairs(self, private: set[tuple[str, int]]) -> dict[str, tuple[Paired, Paired]]:
@@ -62,12 +77,12 @@ class Scored:
 
     def anchor_mean(self, model: int, private: set[tuple[str, int]], skill: str | None = None) -> float:
         """Mean over the private slices (of one skill) of a model's anchor score: comparable across cycles."""
-        keep = [self.paired(lambda n, task, s=s, t=t: n == "anchor" and (task.skill, task.tier) == (s, t))
-                for s, t in sorted(private & self._anchor_slices()) if skill in (None, s)]
+        keep = [self._pair(self._groups[("anchor", s, t)]) for s, t in sorted(private & self._anchor_slices())
+                if skill in (None, s)]
         return float(np.mean([(k.challenger if model == 0 else k.champion).mean() for k in keep]))
 
     def _anchor_slices(self) -> set[tuple[str, int]]:
-        return {(task.skill, task.tier) for n, task in self.tasks if n == "anchor"}
+        return {(s, t) for n, s, t in self._groups if n == "anchor"}
 
 
 def top_tier(slices: dict[str, Paired], skill: str, model: int, saturation: float) -> int:

@@ -81,7 +81,7 @@ PRE_LAKEHOUSE = ".pre-lakehouse.duckdb"  # what a DuckDB-file warehouse is renam
 RETRYABLE = ("transaction conflict", "database is locked", "maximum retry count", "could not serialize",
              "deadlock detected")
 log = logging.getLogger(__name__)
-_LAKES: dict[tuple, tuple] = {}  # (process, catalog, data path, endpoint) -> (DuckDB, its catalog file): _lake
+_LAKES: dict[tuple, tuple] = {}  # (process, catalog, data path, endpoint, memory limit) -> (DuckDB, catalog file)
 _LAKES_LOCK = threading.Lock()
 
 
@@ -158,14 +158,11 @@ class Warehouse(ConfigurableResource):
         """The rows of a read-only query as polars frames of at most `chunk_rows`, never all at once: DuckDB sorts
         within `memory_limit` and spills the rest to a temporary folder, so a history of any size streams. Several
         queries (an iterable, taken one at a time as the rows are read) give their rows in turn, in one DuckDB."""
-        import tempfile
-
         import polars as pl
 
-        # a DuckDB of its own: the memory limit is a database's, not a connection's
-        with closing(self._retrying(lambda: self._open(read_only=self._exists()))) as conn, \
-                tempfile.TemporaryDirectory(prefix="rmi-spill-") as spill:
-            conn.execute(f"SET memory_limit = {_literal(memory_limit)}; SET temp_directory = {_literal(spill)}")
+        # a cursor of this process's streaming DuckDB: the memory limit is a database's, not a connection's
+        with closing(self._lake(memory_limit).cursor()) as conn:
+            self._retrying(lambda: conn.execute("USE lake"))
             for query in [sql] if isinstance(sql, str) else sql:
                 for batch in conn.execute(query).fetch_record_batch(chunk_rows):
                     yield pl.from_arrow(batch)
@@ -189,18 +186,23 @@ class Warehouse(ConfigurableResource):
         return "\n".join([*loads, f"ATTACH {_literal('ducklake:' + self._catalog)} AS lake ({', '.join(options)});",
                           "USE lake;"])
 
-    def _lake(self):
+    def _lake(self, memory_limit: str | None = None):
         """This process's DuckDB with the lake attached (read-write: a reader's queries are ours), opened once per
         catalog, and anew when the catalog file is not the one it opened (a home made fresh) or in a forked child.
-        Each `connect` is a cursor of it, which is how DuckDB shares a database between threads."""
-        key = (os.getpid(), self._catalog, self.data_path, self.s3_endpoint_url)
+        Each `connect` is a cursor of it, which is how DuckDB shares a database between threads. With a
+        `memory_limit`, the one `stream` reads through: read-only where the lake exists, sorting within the limit
+        and spilling to a folder of this process's (opening it costs 0.2 s: once per process, not per query)."""
+        key = (os.getpid(), self._catalog, self.data_path, self.s3_endpoint_url, memory_limit)
         with _LAKES_LOCK:
             held = _LAKES.get(key)
             if held is not None and held[1] == self._catalog_file():
                 return held[0]
             if held is not None:
                 held[0].close()
-            lake = self._retrying(lambda: self._open(read_only=False))
+            lake = self._retrying(lambda: self._open(read_only=memory_limit is not None and self._exists()))
+            if memory_limit is not None:
+                lake.execute(f"SET memory_limit = {_literal(memory_limit)}; "
+                             f"SET temp_directory = {_literal(_spill_folder())}")
             _LAKES[key] = (lake, self._catalog_file())
             return lake
 
@@ -355,6 +357,17 @@ def _retryable(exc: BaseException) -> bool:
     import duckdb
 
     return isinstance(exc, duckdb.Error) and any(s in str(exc).lower() for s in RETRYABLE)
+
+
+def _spill_folder() -> str:
+    """Where this process's streaming DuckDB spills what does not fit its memory limit; removed when it exits."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="rmi-spill-")
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
 
 
 def _literal(value: str) -> str:
