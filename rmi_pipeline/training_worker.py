@@ -314,6 +314,7 @@ class _Spare:
             _send(self.conn, request, fds)
             return self.pid
         except OSError:
+            self.stop()
             return None
         finally:
             self.conn.close()
