@@ -143,6 +143,9 @@ def test_eval_suite_fills_every_slice_with_distinct_problems_and_small_tiers_are
             assert len({R.canonical(t.prompt) for t in items}) == len(items)
             assert len(items) == (100 if tier > 1 else 55)
             assert R.is_private_slice(skill, tier, len(items)) == (tier > 1)
+    for seed in range(30):  # drawing stops once draws find nothing new: a small slice still gets every problem
+        small = R.build_eval_suite(random.Random(seed), 100, {skill: [1] for skill in R.skills})
+        assert [sum(t.skill == skill for t in small) for skill in R.skills] == [55] * len(R.skills)
 
 
 def test_a_route_through_other_problems_leads_to_the_same_answer_and_stops_at_an_odd_answer():

@@ -205,10 +205,13 @@ class Recipe(ABC):
         for skill in self.skills:
             for tier in (tiers or {}).get(skill, self.tiers):
                 seen: dict[str, Task] = {}
-                for _ in range(100):  # small slices run out of distinct problems: keep what exists
+                idle = 0  # draws in a row that found nothing new: a small slice has run out of distinct problems
+                for _ in range(100):
+                    before = len(seen)
                     for task in self.sample_tasks(rng, items_per_slice, [skill], [tier]):
                         seen.setdefault(self.canonical(task.prompt), task)
-                    if len(seen) >= items_per_slice:
+                    idle = idle + 1 if len(seen) == before else 0
+                    if len(seen) >= items_per_slice or idle == 10:
                         break
                 suite.extend(list(seen.values())[:items_per_slice])
         return suite
