@@ -45,7 +45,7 @@ HF_ENV := RMI_RECIPE=rmi_pipeline.recipes.words:WordsRecipe RMI_MODEL_NAME=rmi-w
 run-hf: $(STAMP)  ## the whole loop on the text recipe, 3 cycles, in .rmi-words
 	$(HF_ENV) $(BIN)/rmi run --fresh --cycles 3
 
-test: $(DEV_STAMP)  ## the test suite (17-18 minutes on 2 cores; we aim at 15)
+test: $(DEV_STAMP)  ## the test suite (about 11 minutes on 2 cores, install included)
 	@# the browser test drives Debian's Chromium (never a downloaded browser); installed when we may
 	command -v chromium >/dev/null || [ "$$(id -u)" != 0 ] || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
