@@ -138,3 +138,42 @@ def test_ctrl_c_stops_the_live_world_after_the_batch_in_flight(serving, rmi_env)
             proc.wait()
     assert "live world stopped after 1 batches" in log.read_text()
     assert len(landed(serving["storage"])) == 1
+    assert not world_programs(rmi_env.resolved_home)  # the world's program ended with the command
+
+
+def world_programs(home: Path) -> list[int]:
+    """Process ids of the simulated world's programs (`python -m rmi_pipeline.world`) serving `home`."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if b"rmi_pipeline.world" in argv and f"RMI_HOME={home}".encode() in environ:
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_a_killed_simulate_leaves_no_world_behind(serving, rmi_env):
+    """The world runs as a program of its own: when the command that started it is killed, it stops too."""
+    log = rmi_env.resolved_home / "live.log"
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "rmi"), "simulate", "--live", "--interval", "600"],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, env=os.environ.copy(),
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while " batch 1:" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        assert world_programs(rmi_env.resolved_home)
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while world_programs(rmi_env.resolved_home):
+            assert time.monotonic() < deadline, "the world went on after the command that started it was killed"
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

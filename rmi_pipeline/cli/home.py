@@ -15,7 +15,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]  # a checkout's root, where dags
 # whose keys (champion v1, v2, ...) the new run's alerts would repeat and so never be sent
 STATE = ("store", "dagster", "mlartifacts", "mlflow.db", "warehouse.sqlite", "warehouse.sqlite-journal",
          "warehouse_files", "warehouse.duckdb", "warehouse.pre-lakehouse.duckdb", "learning_curve.png",
-         "run_summary.json", "serve", "serve.log", "alerts_sent.json")
+         "run_summary.json", "serve", "serve.log", "world.log", "alerts_sent.json")
 # the eval sets the loop wrote: tiers an earlier run's champions grew would face a fresh loop's first model
 EVAL_STATE = (layout.GROWN, layout.REFRESHED, layout.MINED)
 

@@ -85,8 +85,8 @@ def simulate(
     from ..resources import build_resources
     from ..resources.registry import CHAMPION
     from ..serving.process import running_gateway, wait_ready
-    from ..world import World
-    from .run import client_key
+    from .world_process import live as live_world
+    from .world_process import world_rounds
 
     resources = build_resources(settings)
     reach_stores(resources)
@@ -95,25 +95,18 @@ def simulate(
     # users need a gateway: the one at --gateway, or one started for as long as they ask
     with nullcontext((gateway, None)) if gateway else running_gateway(
             log_file=settings.resolved_home / "serve.log") as (url, _):
-        world = World(settings, url, client_key(settings))
-        world.ensure_eval_suite()
         wait_ready(url, None)
         if live:
-            import signal
-            import threading
-
-            from ..world.live import run_live
-
-            stop = threading.Event()  # Ctrl-C lets the batch in progress land, then stops
-            before = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                run_live(world, interval=interval, cycle=cycle, batches=batches, stop=stop, say=say,
-                         scenario=scenario.value, scenario_after=scenario_after)
-            finally:
-                for sig, handler in before.items():
-                    signal.signal(sig, handler)
+            code = live_world(url, ["--cycle", str(cycle), "--interval", str(interval), "--scenario", scenario.value,
+                                    "--scenario-after", str(scenario_after),
+                                    *(["--batches", str(batches)] if batches is not None else [])])
+            if code:
+                raise RuntimeError(f"the simulated world stopped with exit code {code} (its error is above)")
             return 0
-        names, stats = world.serve_cycle(cycle)
+        with world_rounds(url, settings.resolved_home / "world.log") as world:
+            if world.curated:
+                say("curators wrote the private eval suite")
+            names, stats = world.round(cycle)
         say(f"the gateway wrote {', '.join(names) or 'no batch'}: {stats['queries']} questions, right "
             f"{stats['served_accuracy']:.0%}")
     return 0

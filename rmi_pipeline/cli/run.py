@@ -1,7 +1,8 @@
 """`rmi run`: the whole loop against the simulated world, cycle after cycle, with a table and a learning curve.
 
 The world's users reach the champion the way real ones would: through `rmi serve`, started here as a process of
-its own (stopped by its pid at the end); their feedback lands as the gateway's batch files.
+its own (stopped by its pid at the end); their feedback lands as the gateway's batch files. The world is a program
+of its own too (cli/world_process.py): this command never imports it.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles afte
     from ..definitions import build_definitions
     from ..serving.process import running_gateway
     from ..training_worker import stop_training_workers
-    from ..world import World
     from .report import learning_curve, summary_table, write_summary
+    from .world_process import world_rounds
 
     defs = build_definitions(settings)
     reach_stores(defs.resources)
@@ -52,10 +53,12 @@ def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles afte
     try:
         with running_gateway(env, log_file=home / "serve.log") as (url, _):
             say(f"rmi serve answers the world's users on {url} (its log: {home / 'serve.log'})")
-            world = World(settings, url, client_key(settings))
-            records = _cycles(cycles, defs, instance, world)
-            closing = (_closing_round(cycles + 1, defs, instance, world, records)
-                       if records and not records[-1].interrupted else None)
+            with world_rounds(url, home / "world.log") as world:
+                if world.curated:
+                    say("curators wrote the private eval suite")
+                records = _cycles(cycles, defs, instance, world)
+                closing = (_closing_round(cycles + 1, defs, instance, world, records)
+                           if records and not records[-1].interrupted else None)
     finally:
         stop_training_workers(home)  # a one-shot command leaves no process behind
     say("")
@@ -77,18 +80,17 @@ def _cycles(cycles: int, defs, instance, world) -> list:
     from .progress import narrated, new_run_id
     from .report import CycleRecord
 
-    if world.ensure_eval_suite():
-        say("curators wrote the private eval suite")
+    registry = defs.resources["registry"]
     records: list[CycleRecord] = []
     for cycle in range(cycles + 1):
         record = CycleRecord(cycle=cycle)
         if cycle > 0:
             t = time.perf_counter()
-            canary = world.registry.version(CANARY)
-            wait_ready(world.gateway_url, world.registry.version(CHAMPION).version,
+            canary = registry.version(CANARY)
+            wait_ready(world.gateway_url, registry.version(CHAMPION).version,
                        canary=canary.version if canary else None)
             with narrated(f"[cycle {cycle}]", "users asking through the gateway", say):
-                batches, record.world = world.serve_cycle(cycle)
+                batches, record.world = world.round(cycle)
             record.seconds["world"] = time.perf_counter() - t
             say(f"[cycle {cycle}] users asked {record.world['queries']} questions ({_who(record.world)}) through "
                 f"the gateway (right {record.world['served_accuracy']:.0%}); their feedback is in its batch files"
@@ -98,28 +100,28 @@ def _cycles(cycles: int, defs, instance, world) -> list:
                 record.ingest = ingest_new_batches(defs, instance)
             record.seconds["ingest"] = time.perf_counter() - t
             say(f"[cycle {cycle}] {ingested(record.ingest)}")
-            if world.registry.version(CANARY) is not None:
+            if registry.version(CANARY) is not None:
                 with narrated(f"[cycle {cycle}]", "canary verdict", say):
                     verdict = _canary_verdict(defs, instance, cycle, records)
                 say(f"[cycle {cycle}] canary: {verdict}")
         say(f"[cycle {cycle}] improvement cycle: dataset -> training -> evaluation -> gate")
-        before = world.registry.version(CHAMPION)
+        before = registry.version(CHAMPION)
         run_id = new_run_id()
         with narrated(f"[cycle {cycle}]", "improvement cycle", say, instance, run_id):
             result = defs.resolve_job_def(improvement_cycle.name).execute_in_process(
                 instance=instance, raise_on_error=False, run_config=QUIET_LOGS, run_id=run_id,
                 tags={"rmi/cycle": str(cycle), "rmi/trigger": "rmi-run", **launched_here()})
         record.read_cycle_run(result, instance)
-        canary = world.registry.version(CANARY)
+        canary = registry.version(CANARY)
         if record.verdict == "promote" and canary and str(canary.version) == str(record.challenger_version):
             record.verdict = "canary"  # passed the gate; the next cycle's users decide
         say(record.progress_line())
-        if result.success and world.registry.version(CHAMPION) is not None:
+        if result.success and registry.version(CHAMPION) is not None:
             with narrated(f"[cycle {cycle}]", "health check", say):
                 health = _health(defs, instance, cycle)
             say(f"[cycle {cycle}] health: {health}")
         if not result.success:
-            after = world.registry.version(CHAMPION)
+            after = registry.version(CHAMPION)
             moved = (after and after.version) != (before and before.version)
             what = f"the champion had moved to v{after.version} before it did" if moved else "the champion did not move"
             say(f"[cycle {cycle}] the cycle run failed; {what}. See `make ui`, run {result.run_id}.")
@@ -127,7 +129,7 @@ def _cycles(cycles: int, defs, instance, world) -> list:
         if record.interrupted:  # Dagster turns Ctrl-C (or SIGTERM) into a failed run: the loop stops there too
             say(f"[cycle {cycle}] interrupted: no more cycles")
             break
-        if cycle == 0 and world.registry.version(CHAMPION) is None:
+        if cycle == 0 and registry.version(CHAMPION) is None:
             if not result.success:
                 break  # said above: the run failed, not the first model
             say("[cycle 0] no first model reached the floor, so nothing can serve users yet; try more "
@@ -176,12 +178,13 @@ def _closing_round(cycle: int, defs, instance, world, records: list) -> str | No
     from ..serving.process import wait_ready
     from .progress import narrated
 
-    canary = world.registry.version(CANARY)
+    registry = defs.resources["registry"]
+    canary = registry.version(CANARY)
     if canary is None:
         return None
-    wait_ready(world.gateway_url, world.registry.version(CHAMPION).version, canary=canary.version)
+    wait_ready(world.gateway_url, registry.version(CHAMPION).version, canary=canary.version)
     with narrated("[closing]", "users asking through the gateway", say):
-        _, stats = world.serve_cycle(cycle)
+        _, stats = world.round(cycle)
     say(f"[closing] users asked {stats['queries']} questions ({_who(stats)}) through the gateway")
     with narrated("[closing]", "ingesting their feedback and the canary verdict", say):
         records[-1].closing = {"world": stats, "ingest": ingest_new_batches(defs, instance)}
@@ -202,9 +205,3 @@ def ingested(counts: dict) -> str:
     failed = f"; {counts['failed']} failed (ingested again later)" if counts.get("failed") else ""
     return (f"ingested {counts['batches']} batch(es): {counts['rows_in']:,} rows in, {counts['ingested']:,} new "
             f"events, {counts['duplicates']:,} duplicates, {counts['quarantined']:,} quarantined{failed}")
-
-
-def client_key(settings: Settings) -> str | None:
-    """The world is a client like any other: with keys set, it uses the first."""
-    keys = settings.serving.api_keys
-    return keys[0] if keys else None

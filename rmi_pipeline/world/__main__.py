@@ -1,0 +1,66 @@
+"""The simulated world as a program of its own, so that no command of the pipeline imports it: `rmi run` and
+`rmi simulate` start it and read what it prints (rmi_pipeline/cli/world_process.py), as the pipeline reads what
+users leave only in the gateway's feedback files.
+
+    python -m rmi_pipeline.world rounds --gateway URL   one JSON line per round asked on stdin ({"cycle": N})
+    python -m rmi_pipeline.world live --gateway URL [--cycle N] [--interval S] [--batches N] [--scenario drift]
+
+Both first make sure the curators' eval suite is sealed, and stop when their stdin closes: the process that started
+them is gone (killed, even), and so are the users.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+
+from ..settings import Settings
+from .world import World
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rmi_pipeline.world", description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=["rounds", "live"])
+    parser.add_argument("--gateway", required=True, help="URL of a running `rmi serve`.")
+    parser.add_argument("--cycle", type=int, default=1)
+    parser.add_argument("--interval", type=float, default=60.0)
+    parser.add_argument("--batches", type=int)
+    parser.add_argument("--scenario", choices=["steady", "drift", "partner"], default="steady")
+    parser.add_argument("--scenario-after", type=int, default=2)
+    args = parser.parse_args(argv)
+    settings = Settings()
+    keys = settings.serving.api_keys  # the world is a client like any other: with keys set, it uses the first
+    world = World(settings, args.gateway, keys[0] if keys else None)
+    curated = world.ensure_eval_suite()
+    if args.mode == "rounds":
+        _reply({"curated": curated})
+        for line in sys.stdin:
+            batches, stats = world.serve_cycle(int(json.loads(line)["cycle"]))
+            _reply({"batches": batches, "stats": stats})
+        return 0
+    from .live import run_live
+
+    stop = threading.Event()  # Ctrl-C (forwarded by `rmi simulate`) lets the batch in progress land, then stops
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), name="parent-gone", daemon=True).start()
+    if curated:
+        _say("curators wrote the private eval suite")
+    run_live(world, interval=args.interval, cycle=args.cycle, batches=args.batches, stop=stop, say=_say,
+             scenario=args.scenario, scenario_after=args.scenario_after)
+    return 0
+
+
+def _reply(message: dict) -> None:
+    _say(json.dumps(message))
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
