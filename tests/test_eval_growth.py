@@ -37,8 +37,15 @@ def test_a_champion_that_solves_the_top_tiers_makes_the_suite_seal_the_next_ones
                                               "knowing_recipe:KnowsUpTo", tags={}).version
         registry.promote(version, {"promoted_by": "test"})
 
+    def learn(knows: int) -> None:
+        """The test's champion answers right up to `knows` + 2 digits from now on. A registered model never changes
+        (the eval store remembers its answers: layout.ANSWERS); this one does, so what it answered is forgotten."""
+        monkeypatch.setattr(KnowsUpTo, "knows", knows)
+        for key in eval_store.list(f"{layout.ANSWERS}/{registry.model_name}"):
+            eval_store.delete(key)
+
     promote()
-    monkeypatch.setattr(KnowsUpTo, "knows", 8)  # greedy answers right up to 10 digits: 3 tiers past 10 belong in it
+    learn(8)  # greedy answers right up to 10 digits: 3 tiers past 10 belong in it
     meta, manifest = suite()
     assert meta["tiers"] == "add 1-13, sub 1-13" and meta["grown_version"] == "0001"
     assert meta["champion add/10"] == 1.0 and meta["tiers_sealed_now"] == "add 13, sub 13"
@@ -50,7 +57,7 @@ def test_a_champion_that_solves_the_top_tiers_makes_the_suite_seal_the_next_ones
     assert set(manifest["hashes"]) >= {recipe.prompt_hash(i["prompt"]) for i in first["items"]}  # sealed as any
 
     assert suite()[0]["grown_version"] == "0001"  # the same champion again: tier 13 is still 3 past its best
-    monkeypatch.setattr(KnowsUpTo, "knows", 11)
+    learn(11)
     # a champion the gate kept, that solves the top tier, 13, in a later cycle: followed three more (a rejected
     # candidate does not freeze the suite, or nothing would be left to practise or label)
     meta, manifest = suite()
@@ -61,7 +68,7 @@ def test_a_champion_that_solves_the_top_tiers_makes_the_suite_seal_the_next_ones
     second = eval_store.read_json(layout.grown("0002"))
     assert second["grew_from"] == "0001" and second["items"][:len(first["items"])] == first["items"]
     assert eval_store.read_json(layout.grown("0001")) == first  # an old version stays as it was, readable
-    monkeypatch.setattr(KnowsUpTo, "knows", 18)  # a champion that climbed far in one cycle: right up to 20 digits
+    learn(18)  # a champion that climbed far in one cycle: right up to 20 digits
     promote()
     meta = suite()[0]  # the next tiers are tried one at a time while it solves them, at most 6 a cycle
     assert meta["tiers"] == "add 1-22, sub 1-22" and meta["champion add/20"] == 1.0 > meta["champion add/21"]

@@ -271,3 +271,24 @@ def test_the_champion_practises_for_its_successor_with_every_source_on(loop, tmp
     solved = resources["storage"].read_parquet(resources["storage"].read_json(layout.PRACTICE_LATEST)["rows"])
     before = set(rows.filter(pl.col("source") == "practice")["prompt"])
     assert len(solved) and len(before & set(solved["prompt"])) < len(solved) / 2
+
+
+def test_the_champion_answers_from_memory_what_it_answered_as_the_challenger_and_the_same_way(loop):
+    from rmi_pipeline.assets.evals import remembered
+    from rmi_pipeline.ml.scoring import item_key
+    from rmi_pipeline.ml.tasks import Task
+
+    instance = DagsterInstance.from_config(str(loop["settings"].dagster_home))
+    latest = instance.fetch_materializations(AssetKey("candidate_evaluation"), limit=1).records[0]
+    instance.dispose()
+    meta = latest.asset_materialization.metadata
+    decoded, items = meta["items_decoded"].value, meta["eval_items"].value
+    # champion v1 answered the anchor and the public set as cycle 0's challenger: only the new sets are decoded;
+    # the challenger, a new model, answers every item (an item in two sets, once)
+    assert 0 < decoded["champion"] <= sum(items.values()) - items["anchor"] - items["public"] < decoded["challenger"]
+    registry, eval_store, recipe = loop["registry"], loop["eval_store"], ArithmeticRecipe()
+    v1 = registry.client().get_model_version(registry.model_name, "1")
+    memo = remembered(recipe, registry, eval_store, v1)
+    anchor = [Task(**i) for i in eval_store.read_json(layout.ANCHOR)["items"]]
+    assert all(item_key(t) in memo.known for t in anchor)
+    assert [memo.known[item_key(t)] for t in anchor] == recipe.correct(memo.model, anchor)  # what decoding says

@@ -63,6 +63,28 @@ def save_slice_scores(storage: ObjectStore, version, manifest: dict, scores: dic
                                                                   "scores": scores})
 
 
+def remembered(recipe, registry: ModelRegistry, eval_store: ObjectStore, model_version):
+    """A registered model (scoring.Remembered), with the eval items it answered before."""
+    from ..ml.scoring import Remembered
+
+    key = _answers_key(registry, model_version)
+    known = eval_store.read_json(key)["right"] if eval_store.exists(key) else {}
+    return Remembered(recipe, registry.load(model_version.version, recipe), known)
+
+
+def remember(eval_store: ObjectStore, registry: ModelRegistry, model_version, memo, only_asked: bool = False) -> None:
+    """Keeps what `memo` knows for the next evaluation; `only_asked`: only the items asked here (an evaluation asks
+    the whole suite, so refreshed items of earlier cycles drop out and the file stays one suite's size)."""
+    right = {k: v for k, v in memo.known.items() if k in memo.asked} if only_asked else memo.known
+    if memo.decoded or len(right) < len(memo.known):
+        eval_store.write_json(_answers_key(registry, model_version), {"version": str(model_version.version),
+                                                                      "right": right})
+
+
+def _answers_key(registry: ModelRegistry, model_version) -> str:
+    return layout.answers(registry.model_name, str(model_version.version), model_version.run_id or "none")
+
+
 def _grow(recipe, settings: Settings, eval_store: ObjectStore, registry: ModelRegistry, suite: list[dict],
           grown: dict) -> tuple[dict, dict, dict, float]:
     """(grown set, {skill: tiers sealed now}, {"skill/tier": champion's score}, seconds the champion spent
@@ -77,11 +99,12 @@ def _grow(recipe, settings: Settings, eval_store: ObjectStore, registry: ModelRe
     if champion is None:
         return grown, {}, {}, 0.0
     version = f"{len(eval_store.list(layout.GROWN)) + 1:04d}"
-    model = registry.load(champion.version, recipe)
+    memo = remembered(recipe, registry, eval_store, champion)
     started = time.perf_counter()
-    new, added, scores = suite_growth(recipe, model, suite, settings.saturation, settings.eval_lead,
+    new, added, scores = suite_growth(recipe, memo.correct, suite, settings.saturation, settings.eval_lead,
                                       random.Random(f"grow-{settings.seed}-{version}"), settings.eval_items_per_slice)
     seconds = time.perf_counter() - started
+    remember(eval_store, registry, champion, memo)
     if added:
         grown = {"version": version, "grew_from": grown["version"], "champion_version": str(champion.version),
                  "added": added, "items": grown["items"] + new}

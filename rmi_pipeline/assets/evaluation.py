@@ -26,7 +26,7 @@ from ..resources import layout
 from ..resources.registry import CHALLENGER, CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..settings import Settings
-from .evals import eval_suite, load_sets, save_slice_scores
+from .evals import eval_suite, load_sets, remember, remembered, save_slice_scores
 from .training import candidate_model
 
 HEADROOM_CHECK = AssetCheckSpec(
@@ -68,10 +68,13 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
     champion = registry.version(CHAMPION)
     if champion is not None and champion.version == challenger.version:
         raise RuntimeError(f"v{challenger.version} is already the champion: train a new challenger first")
-    models = [registry.load(mv.version, recipe) for mv in (challenger, champion) if mv]
+    versions = [mv for mv in (challenger, champion) if mv]
+    memos = [remembered(recipe, registry, eval_store, mv) for mv in versions]
     started = time.perf_counter()
-    scored = Scored(tasks, [np.array(recipe.correct(model, [t for _, t in tasks]), dtype=float) for model in models])
+    scored = Scored(tasks, [np.array(memo.correct([t for _, t in tasks]), dtype=float) for memo in memos])
     compute_seconds = time.perf_counter() - started
+    for mv, memo in zip(versions, memos, strict=True):
+        remember(eval_store, registry, mv, memo, only_asked=True)
 
     slices = scored.slices()
     save_slice_scores(storage, challenger.version, manifest, {n: float(p.challenger.mean()) for n, p in slices.items()})
@@ -123,6 +126,8 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
         **{f"leak_{k}": round(v, 4) for k, v in decision.leaks.items()},
         "eval_items": {k: len(v) for k, v in sets.items()},
         "eval_compute_seconds": round(compute_seconds, 3),
+        # the champion answered most of the suite before (the cycle before, as the challenger): not decoded again
+        "items_decoded": dict(zip(("challenger", "champion"), (memo.decoded for memo in memos), strict=False)),
         "verdict_table": MetadataValue.md(markdown(decision)),
         "slices": slice_table(decision),
         **{f"score {s.name}": round(s.challenger, 4) for s in decision.slices if s.counted},  # one plot per slice

@@ -41,7 +41,7 @@ from ..resources.registry import CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..resources.warehouse import Warehouse
 from ..settings import Settings
-from .evals import eval_suite, load_sets, save_slice_scores
+from .evals import eval_suite, load_sets, remember, remembered, save_slice_scores
 
 MIN_RATED = 30  # fewer rated answers on a slice say nothing about its rate
 
@@ -77,7 +77,9 @@ def champion_health(context: AssetExecutionContext, settings: ResourceParam[Sett
     else:
         recipe = load_recipe(settings.recipe)
         tasks = eval_tasks(load_sets(eval_store, manifest))
-        right = recipe.correct(registry.load(champion.version, recipe), [t for _, t in tasks])
+        memo = remembered(recipe, registry, eval_store, champion)
+        right = memo.correct([t for _, t in tasks])
+        remember(eval_store, registry, champion, memo, only_asked=True)
         scores = {name: float(pair.challenger.mean())
                   for name, pair in sorted(Scored(tasks, [np.array(right, dtype=float)]).slices().items())}
         save_slice_scores(storage, champion.version, manifest, scores)

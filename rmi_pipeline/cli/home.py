@@ -17,7 +17,7 @@ STATE = ("store", "dagster", "mlartifacts", "mlflow.db", "warehouse.sqlite", "wa
          "warehouse_files", "warehouse.duckdb", "warehouse.pre-lakehouse.duckdb", "learning_curve.png",
          "run_summary.json", "serve", "serve.log", "world.log", "alerts_sent.json")
 # the eval sets the loop wrote: tiers an earlier run's champions grew would face a fresh loop's first model
-EVAL_STATE = (layout.GROWN, layout.REFRESHED, layout.MINED)
+EVAL_STATE = (layout.GROWN, layout.REFRESHED, layout.MINED, layout.ANSWERS)
 
 
 def prepare_home(settings: Settings, fresh: bool = False) -> Path:

@@ -72,7 +72,7 @@ def frontier(recipe, model, rng: random.Random, per_tier: int, saturation: float
     return tiers, accuracy
 
 
-def horizon(recipe, model, skill: str, above: int, rng: random.Random, per_tier: int,
+def horizon(recipe, correct, skill: str, above: int, rng: random.Random, per_tier: int,
             scores: dict, at: float = HORIZON, last: int | None = None) -> tuple[int, list] | None:
     """(tier, its problems): the first tier past `above` where the model answers fewer than `at` of fresh
     problems, found at doubling steps and then by halving (scores go into `scores`), or None up to `last` (the
@@ -82,16 +82,18 @@ def horizon(recipe, model, skill: str, above: int, rng: random.Random, per_tier:
     def holds(tier: int) -> bool:
         drawn[tier] = recipe.build_eval_suite(rng, problems_at(per_tier, tier),
                                               {s: [tier] if s == skill else [] for s in recipe.skills})
-        scores[slice_name(skill, tier)] = sum(recipe.correct(model, drawn[tier])) / len(drawn[tier])
+        scores[slice_name(skill, tier)] = sum(correct(drawn[tier])) / len(drawn[tier])
         return scores[slice_name(skill, tier)] >= at
 
     tier = first_unsolved(holds, above + 1, recipe.hardest_tier if last is None else last)
     return (tier, drawn[tier]) if tier in drawn else None
 
 
-def suite_growth(recipe, model, items: list[dict], saturation: float, lead: int, rng: random.Random,
+def suite_growth(recipe, correct, items: list[dict], saturation: float, lead: int, rng: random.Random,
                  per_tier: int) -> tuple[list[dict], dict, dict]:
-    """(new eval items, {skill: tiers they add}, {"skill/tier": the model's score}): what keeps `lead` tiers in the
+    """(new eval items, {skill: tiers they add}, {"skill/tier": the model's score}), where `correct(tasks)` says
+    which tasks the model answers right (scoring.Remembered: what it answered before is not decoded again): what
+    keeps `lead` tiers in the
     suite past the highest the model solves (`saturation`), and one slice it still fails. The suite's top `lead`
     tiers of each skill are scored on its own items, hardest first; when the model solves the top one, the next
     tiers are drawn and scored one at a time while it solves them (a champion may climb many tiers in a cycle), at
@@ -115,7 +117,7 @@ def suite_growth(recipe, model, items: list[dict], saturation: float, lead: int,
 
     def solves(skill: str, tier: int, tasks: list[Task], at: float = saturation) -> bool:
         if slice_name(skill, tier) not in scores:
-            scores[slice_name(skill, tier)] = sum(recipe.correct(model, tasks)) / len(tasks)
+            scores[slice_name(skill, tier)] = sum(correct(tasks)) / len(tasks)
         return scores[slice_name(skill, tier)] >= at
 
     def draw(skill: str, tiers: list[int]) -> list[Task]:
@@ -148,7 +150,7 @@ def suite_growth(recipe, model, items: list[dict], saturation: float, lead: int,
             # them (a climb's champion solved 170-digit sums while the suite's stopped at 140 and 1,000 digits, and
             # its next candidate's gain did not show): a near slice again, just past what it answers
             passed = [t for t in horizons if t < failing[0]]
-            found = horizon(recipe, model, skill, passed[-1], rng, per_tier, scores) \
+            found = horizon(recipe, correct, skill, passed[-1], rng, per_tier, scores) \
                 if (skill, failing[0]) in far and passed else None
             if found is not None and found[0] < failing[0]:
                 new.extend({**vars(t), "horizon": True} for t in found[1])
@@ -156,7 +158,7 @@ def suite_growth(recipe, model, items: list[dict], saturation: float, lead: int,
             continue
         if not solves(skill, hardest, by_slice[(skill, hardest)], at=HORIZON):
             continue
-        found = horizon(recipe, model, skill, hardest, rng, per_tier, scores)
+        found = horizon(recipe, correct, skill, hardest, rng, per_tier, scores)
         if found is None:
             continue
         tier, tasks = found
@@ -172,14 +174,14 @@ def suite_growth(recipe, model, items: list[dict], saturation: float, lead: int,
         dense_now = {t for s, t in dense if s == skill} | {
             int(i["tier"]) for i in new if i["skill"] == skill and not i.get("horizon")}
         tiers = sorted({t for s, t in by_slice if s == skill} | {int(i["tier"]) for i in new if i["skill"] == skill})
-        edge = edge_slice(recipe, model, skill, max(dense_now), tiers, saturation, rng, per_tier, scores)
+        edge = edge_slice(recipe, correct, skill, max(dense_now), tiers, saturation, rng, per_tier, scores)
         if edge:
             new.extend({**vars(t), "horizon": True, "edge": True} for t in edge)
             grow[skill] = sorted(grow.get(skill, []) + [edge[0].tier])
     return new, {s: ts for s, ts in grow.items() if ts}, scores
 
 
-def edge_slice(recipe, model, skill: str, dense_top: int, tiers: list[int], saturation: float, rng: random.Random,
+def edge_slice(recipe, correct, skill: str, dense_top: int, tiers: list[int], saturation: float, rng: random.Random,
                per_tier: int, scores: dict) -> list | None:
     """EDGE_ITEMS problems at the highest tier the model solves (at `saturation`), when it solves the top dense
     tier and the slices past it up to some slice (`tiers`, scored in `scores`) and fresh problems past that one too:
@@ -194,11 +196,11 @@ def edge_slice(recipe, model, skill: str, dense_top: int, tiers: list[int], satu
     if below is None:
         return None  # its reach is within the dense tiers, a slice each
     near = min((t for t in tiers if t > below), default=recipe.hardest_tier + 1)
-    found = horizon(recipe, model, skill, below, rng, per_tier, scores, at=saturation, last=near - 1)
+    found = horizon(recipe, correct, skill, below, rng, per_tier, scores, at=saturation, last=near - 1)
     edge = near - 1 if found is None else found[0] - 1
     if edge <= below:
         return None
     tasks = recipe.build_eval_suite(rng, max(EDGE_ITEMS, problems_at(per_tier, edge)),
                                     {s: [edge] if s == skill else [] for s in recipe.skills})
-    scores[slice_name(skill, edge)] = sum(recipe.correct(model, tasks)) / len(tasks)
+    scores[slice_name(skill, edge)] = sum(correct(tasks)) / len(tasks)
     return tasks

@@ -7,6 +7,7 @@ leak pairs, on the anchor's slices (the grown tiers are harder, and no public it
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
@@ -19,6 +20,31 @@ from .tasks import Task, slice_name
 SEALED = ("anchor", "grown")  # the suite's fixed items: the slices it has
 POOLED = (*SEALED, "refreshed")
 MINED = "mined"
+
+
+class Remembered:
+    """One model's right and wrong answers by eval item, kept between evaluations: a champion answers the same sealed
+    items every cycle (and answered them the cycle before, as the challenger), and decoding the suite's long slices
+    is most of an evaluation, so only the items it has not answered yet are decoded."""
+
+    def __init__(self, recipe, model, known: dict[str, bool] | None = None):
+        self.recipe, self.model, self.known = recipe, model, dict(known or {})
+        self.asked: set[str] = set()
+        self.decoded = 0  # items this model answered here, not from memory
+
+    def correct(self, tasks: list[Task]) -> list[bool]:
+        keys = [item_key(t) for t in tasks]
+        todo = {k: t for k, t in zip(keys, tasks, strict=True) if k not in self.known}
+        if todo:
+            self.known.update(zip(todo, map(bool, self.recipe.correct(self.model, list(todo.values()))), strict=True))
+            self.decoded += len(todo)
+        self.asked.update(keys)
+        return [self.known[k] for k in keys]
+
+
+def item_key(task: Task) -> str:
+    """An eval item by its exact prompt and expected answer."""
+    return hashlib.blake2b(f"{task.prompt}\0{task.answer}".encode(), digest_size=8).hexdigest()
 
 
 def eval_tasks(sets: dict[str, list[dict]]) -> list[tuple[str, Task]]:

@@ -36,6 +36,7 @@ SIMULATED_CURATORS = "the simulated world's curators"
 GROWN = "grown"  # the tiers the suite grew past the anchor's as the champion did, one file per version
 REFRESHED = "refreshed"  # a fresh set each cycle: no model can have seen it
 MINED = "mined"  # hard cases from feedback, held out by hash
+ANSWERS = "answers"  # which eval items each model answered right, so that none is decoded twice
 
 
 def grown(version: str) -> str:
@@ -49,6 +50,12 @@ def refreshed(version: str) -> str:
 
 def mined(version: str) -> str:
     return f"{MINED}/{version}.json"
+
+
+def answers(model_name: str, version: str, run_id: str) -> str:
+    """A registered model's right and wrong answers by eval item (its MLflow run named too: an eval store can be
+    shared by loops whose registries number their versions alike)."""
+    return f"{ANSWERS}/{model_name}/v{version}-{run_id}.json"
 
 
 # training data: versioned datasets, and the rows each champion made for its successor
