@@ -118,3 +118,34 @@ def test_on_a_grown_suite_an_equal_challenger_is_seldom_called_worse_and_a_real_
     fallen = [decide(suite, set(suite), gate, seed=t) for t in range(40) for suite in [many_slices(t, 0.2)]]
     caught = [d for d in fallen if [r.name for r in d.slices if r.regressed] == ["add/1"]]
     assert len(caught) >= 34 and all("slice add/1 falls" in d.reason and "among 60 slices" in d.reason for d in caught)
+
+
+def test_the_gate_s_statistics_are_scipy_s_without_importing_scipy_stats():
+    """The sign test, the false discovery step and the percentile bootstrap give scipy's answers; a cycle's process
+    no longer pays scipy.stats' import (0.5 s) for them."""
+    import subprocess
+    import sys
+
+    from scipy.stats import binomtest, bootstrap, false_discovery_control
+
+    from rmi_pipeline.ml.gate import _benjamini_hochberg, _interval, _p_worse
+
+    for n, worse in [(1, 1), (10, 7), (100, 60), (3000, 1550), (40, 0)]:
+        values = np.array([-1.0] * worse + [1.0] * (n - worse) + [0.0] * 5)
+        expected = binomtest(worse, n, alternative="greater").pvalue if worse else 1.0
+        assert _p_worse(values) == pytest.approx(expected, rel=1e-9)
+    p = np.random.default_rng(0).random(40) ** 3
+    assert _benjamini_hochberg(list(p)) == pytest.approx(false_discovery_control(p, method="bh"))
+    rng = np.random.default_rng(1)
+    samples = [rng.choice([-1.0, 0.0, 1.0], p=[0.1, 0.7, 0.2], size=150) for _ in range(12)]
+    ours = _interval(samples, 0.98, 4000, np.random.default_rng(2), "percentile")
+    theirs = bootstrap(samples, lambda *s, axis=-1: np.mean([x.mean(axis=axis) for x in s], axis=0), n_resamples=4000,
+                       confidence_level=0.98, method="percentile", vectorized=True, paired=False,
+                       rng=np.random.default_rng(2)).confidence_interval
+    assert ours == pytest.approx((theirs.low, theirs.high), abs=0.006)  # the same distribution, other draws
+    code = ("import sys, numpy as np; from rmi_pipeline.ml.gate import Paired, decide; "
+            "from rmi_pipeline.settings import Settings; r = np.random.default_rng(0); "
+            "d = {'a': Paired(r.integers(0, 2, 99), r.integers(0, 2, 99))}; "
+            "decide(d, {'a'}, Settings.model_construct().gate); "
+            "print('scipy.stats' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"

@@ -69,7 +69,7 @@ def remembered(recipe, registry: ModelRegistry, eval_store: ObjectStore, model_v
 
     key = _answers_key(registry, model_version)
     known = eval_store.read_json(key)["right"] if eval_store.exists(key) else {}
-    return Remembered(recipe, registry.load(model_version.version, recipe), known)
+    return Remembered(recipe, lambda: registry.load(model_version.version, recipe), known)
 
 
 def remember(eval_store: ObjectStore, registry: ModelRegistry, model_version, memo, only_asked: bool = False) -> None:

@@ -14,6 +14,7 @@ With no champion, the first model is promoted if the lower bound of its score re
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -59,18 +60,29 @@ class Decision:
         return asdict(self)
 
 
-METHOD = "percentile"  # scipy.stats.bootstrap's interval; bench/gate_bootstrap.py measured BCa beside it
+METHOD = "percentile"  # bench/gate_bootstrap.py measured BCa (scipy.stats.bootstrap's) beside it
 
 
 def _interval(samples: list[np.ndarray], confidence: float, resamples: int, rng: np.random.Generator,
               method: str) -> tuple[float, float]:
     """The bootstrap interval of the mean over `samples` of each one's mean, each sample resampled on its own (a
     slice is a stratum: the overall gain keeps every slice's size in every resample)."""
-    from scipy.stats import bootstrap
-
     if all(np.ptp(sample) == 0 for sample in samples):  # nothing varies (say, two models right on the same items)
         value = float(np.mean([sample.mean() for sample in samples]))
         return value, value
+    if method == "percentile":
+        # a resample of a sample holds each of its few values (0 and 1; -1, 0 and 1 for paired deltas) a multinomial
+        # number of times: the same bootstrap distribution as drawing items, without resamples x items indices
+        # (scipy's bootstrap took 0.3 s a cycle on 36 slices)
+        means = np.zeros(resamples)
+        for sample in samples:
+            values, counts = np.unique(sample, return_counts=True)
+            means += rng.multinomial(len(sample), counts / len(sample), size=resamples) @ values / len(sample)
+        tail = (1 - confidence) / 2
+        low, high = np.quantile(means / len(samples), [tail, 1 - tail])
+        return float(low), float(high)
+    from scipy.stats import bootstrap
+
     result = bootstrap(samples, _mean_of_means, n_resamples=resamples, confidence_level=confidence, method=method,
                        vectorized=True, paired=False, rng=rng)
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
@@ -112,9 +124,7 @@ def decide(slices: dict[str, Paired], counted: set[str], gate: Gate, *,
 
     # the false discovery rate held over every slice: where none truly fell, the chance of flagging any is at most
     # the one-sided level, however many slices the suite has grown
-    from scipy.stats import false_discovery_control
-
-    adjusted = false_discovery_control([r.p_worse for r in results], method="bh")
+    adjusted = _benjamini_hochberg([r.p_worse for r in results])
     for r, p in zip(results, adjusted, strict=True):
         r.regressed = bool(p <= (1 - confidence) / 2) and r.delta < -tolerance
     old = float(np.mean([r.champion for r in results if r.counted]))
@@ -147,11 +157,27 @@ def decide(slices: dict[str, Paired], counted: set[str], gate: Gate, *,
 
 def _p_worse(values: np.ndarray) -> float:
     """The sign test's one-sided p-value that the challenger is worse: of the items where the two differ, the
-    chance that at least this many go the champion's way if either way were as likely."""
-    from scipy.stats import binomtest
-
+    chance that at least this many go the champion's way if either way were as likely (scipy.stats.binomtest's,
+    summed exactly here: importing scipy.stats cost a cycle's process 0.5 s)."""
     worse, better = int((values < 0).sum()), int((values > 0).sum())
-    return binomtest(worse, worse + better, alternative="greater").pvalue if worse else 1.0
+    if not worse:
+        return 1.0
+    n = worse + better
+    term = total = math.comb(n, worse)  # C(n, k) for k = worse .. n
+    for k in range(worse, n):
+        term = term * (n - k) // (k + 1)
+        total += term
+    return total / 2 ** n
+
+
+def _benjamini_hochberg(p_values: list[float]) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values (scipy.stats.false_discovery_control's "bh")."""
+    p = np.asarray(p_values, dtype=float)
+    order = np.argsort(p)
+    stepped = np.minimum.accumulate((p[order] * len(p) / np.arange(1, len(p) + 1))[::-1])[::-1]
+    adjusted = np.empty_like(p)
+    adjusted[order] = np.minimum(stepped, 1.0)
+    return adjusted
 
 
 def _gain(pair: Paired) -> float:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -27,10 +29,15 @@ class Remembered:
     items every cycle (and answered them the cycle before, as the challenger), and decoding the suite's long slices
     is most of an evaluation, so only the items it has not answered yet are decoded."""
 
-    def __init__(self, recipe, model, known: dict[str, bool] | None = None):
-        self.recipe, self.model, self.known = recipe, model, dict(known or {})
+    def __init__(self, recipe, load: Callable[[], Any], known: dict[str, bool] | None = None):
+        """`load()`: the model, loaded only if some item asked is not remembered."""
+        self.recipe, self._load, self.known = recipe, load, dict(known or {})
         self.asked: set[str] = set()
         self.decoded = 0  # items this model answered here, not from memory
+
+    @cached_property
+    def model(self):
+        return self._load()
 
     def correct(self, tasks: list[Task]) -> list[bool]:
         keys = [item_key(t) for t in tasks]
