@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -120,8 +121,10 @@ def test_partner_users_ask_round_amounts_and_their_client_sends_a_wrong_correcti
     assert "partner: 20% of questions now come from a partner app" in out and "(partner: " in out
 
 
-def test_ctrl_c_stops_the_live_world_after_the_batch_in_flight(serving, rmi_env):
-    log = rmi_env.resolved_home / "live.log"
+@contextmanager
+def live_after_its_first_batch(home: Path):
+    """`rmi simulate --live` in a process of its own, once its first batch has landed; killed with its group after."""
+    log = home / "live.log"
     proc = subprocess.Popen([str(Path(sys.executable).parent / "rmi"), "simulate", "--live", "--interval", "600"],
                             stdout=open(log, "w"), stderr=subprocess.STDOUT, env=os.environ.copy(),
                             start_new_session=True)
@@ -130,12 +133,17 @@ def test_ctrl_c_stops_the_live_world_after_the_batch_in_flight(serving, rmi_env)
         while " batch 1:" not in log.read_text():
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.5)
-        os.kill(proc.pid, signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
+        yield proc, log
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_ctrl_c_stops_the_live_world_after_the_batch_in_flight(serving, rmi_env):
+    with live_after_its_first_batch(rmi_env.resolved_home) as (proc, log):
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
     assert "live world stopped after 1 batches" in log.read_text()
     assert len(landed(serving["storage"])) == 1
     assert not world_programs(rmi_env.resolved_home)  # the world's program ended with the command
@@ -157,15 +165,7 @@ def world_programs(home: Path) -> list[int]:
 
 def test_a_killed_simulate_leaves_no_world_behind(serving, rmi_env):
     """The world runs as a program of its own: when the command that started it is killed, it stops too."""
-    log = rmi_env.resolved_home / "live.log"
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "rmi"), "simulate", "--live", "--interval", "600"],
-                            stdout=open(log, "w"), stderr=subprocess.STDOUT, env=os.environ.copy(),
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while " batch 1:" not in log.read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.5)
+    with live_after_its_first_batch(rmi_env.resolved_home) as (proc, _):
         assert world_programs(rmi_env.resolved_home)
         proc.kill()
         proc.wait()
@@ -173,7 +173,3 @@ def test_a_killed_simulate_leaves_no_world_behind(serving, rmi_env):
         while world_programs(rmi_env.resolved_home):
             assert time.monotonic() < deadline, "the world went on after the command that started it was killed"
             time.sleep(0.2)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()

@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from .home import say
@@ -23,8 +23,9 @@ class WorldRounds:
         self.curated = self._read()["curated"]  # whether the curators had to write the eval suite
 
     def round(self, cycle: int) -> tuple[list[str], dict]:
-        self.process.stdin.write(json.dumps({"cycle": cycle}) + "\n")
-        self.process.stdin.flush()
+        with suppress(BrokenPipeError):  # a world that has stopped: _read says so, with its exit code
+            self.process.stdin.write(json.dumps({"cycle": cycle}) + "\n")
+            self.process.stdin.flush()
         said = self._read()
         return said["batches"], said["stats"]
 
@@ -45,7 +46,8 @@ def world_rounds(gateway_url: str, log_file: Path):
         try:
             yield WorldRounds(process, gateway_url, log_file)
         finally:
-            process.stdin.close()  # the world ends its round in progress and exits
+            with suppress(BrokenPipeError):
+                process.stdin.close()  # the world ends its round in progress and exits
             try:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:

@@ -91,20 +91,19 @@ def horizon(recipe, correct, skill: str, above: int, rng: random.Random, per_tie
 
 def suite_growth(recipe, correct, items: list[dict], saturation: float, lead: int, rng: random.Random,
                  per_tier: int) -> tuple[list[dict], dict, dict]:
-    """(new eval items, {skill: tiers they add}, {"skill/tier": the model's score}), where `correct(tasks)` says
-    which tasks the model answers right (scoring.Remembered: what it answered before is not decoded again): what
-    keeps `lead` tiers in the
-    suite past the highest the model solves (`saturation`), and one slice it still fails. The suite's top `lead`
-    tiers of each skill are scored on its own items, hardest first; when the model solves the top one, the next
-    tiers are drawn and scored one at a time while it solves them (a champion may climb many tiers in a cycle), at
-    most GROWTH_PER_CYCLE tiers past the top and up to the recipe's hardest: a champion far past the suite is
-    followed over several cycles, so the eval's cost grows by a bounded step. A model that generalizes further
-    than that (this recipe's addition: 60-85 digits after a cycle or two) still answers the suite's hardest slice
-    at HORIZON or better, and then two horizon slices are sealed past it (items marked "horizon"): the first tier
-    it answers under HORIZON, and FAR times as many digits (marked "far"). When the model answers every horizon slice
-    short of a far one, a near one is sealed again past them. Counted by the gate, so the next gain out there shows,
-    but not tiers practice reaches or the suite grows from. And where the model solves past every slice it solves,
-    an edge slice (marked "horizon" and "edge") is sealed at its reach (edge_slice)."""
+    """(new eval items, {skill: tiers they add}, {"skill/tier": the model's score}), where `correct(tasks)` says which
+    tasks the model answers right (scoring.Remembered: what it answered before is not decoded again): what keeps
+    `lead` tiers in the suite past the highest the model solves (`saturation`), and one slice it still fails. The
+    suite's top `lead` tiers of each skill are scored on its own items, hardest first; when the model solves the top
+    one, the next tiers are drawn and scored one at a time while it solves them (a champion may climb many tiers in
+    a cycle), at most GROWTH_PER_CYCLE tiers past the top and up to the recipe's hardest: a champion far past the
+    suite is followed over several cycles, so the eval's cost grows by a bounded step. A model that generalizes
+    further than that (this recipe's addition: 60-85 digits after a cycle or two) still answers the suite's hardest
+    slice at HORIZON or better, and then two horizon slices are sealed past it (items marked "horizon"): the first
+    tier it answers under HORIZON, and FAR times as many digits (marked "far"). When the model answers every horizon
+    slice short of a far one, a near one is sealed again past them. Counted by the gate, so the next gain out there
+    shows, but not tiers practice reaches or the suite grows from. And where the model solves past every slice it
+    solves, an edge slice (marked "horizon" and "edge") is sealed at its reach (edge_slice)."""
     from .tasks import Task
 
     by_slice: dict[tuple[str, int], list[Task]] = {}
