@@ -58,7 +58,8 @@ def world_rounds(gateway_url: str, log_file: Path):
 def live(gateway_url: str, options: list[str]) -> int:
     """The world landing batches until Ctrl-C (forwarded to it: the batch in flight lands first) or its --batches;
     its lines said here. Returns its exit code."""
-    process = _start(["live", "--gateway", gateway_url, *options], stdout=subprocess.PIPE, stderr=None)
+    process = _start(["live", "--gateway", gateway_url, "--exit-with-parent", *options], stdout=subprocess.PIPE,
+                     stderr=None)
     before = {sig: signal.signal(sig, lambda sig, _: process.send_signal(sig))
               for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -5,8 +5,8 @@ users leave only in the gateway's feedback files.
     python -m rmi_pipeline.world rounds --gateway URL   one JSON line per round asked on stdin ({"cycle": N})
     python -m rmi_pipeline.world live --gateway URL [--cycle N] [--interval S] [--batches N] [--scenario drift]
 
-Both first make sure the curators' eval suite is sealed, and stop when their stdin closes: the process that started
-them is gone (killed, even), and so are the users.
+Both first make sure the curators' eval suite is sealed. Rounds end when stdin closes; live ends on Ctrl-C, and with
+--exit-with-parent when stdin closes too: the process that started it is gone (killed, even), and so are the users.
 """
 
 from __future__ import annotations
@@ -23,13 +23,18 @@ from .world import World
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rmi_pipeline.world", description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=["rounds", "live"])
+    parser.add_argument("mode", choices=["rounds", "live"], help="rounds: one round per line on stdin, its JSON on "
+                        "stdout; live: a batch every --interval seconds until Ctrl-C.")
     parser.add_argument("--gateway", required=True, help="URL of a running `rmi serve`.")
-    parser.add_argument("--cycle", type=int, default=1)
-    parser.add_argument("--interval", type=float, default=60.0)
-    parser.add_argument("--batches", type=int)
-    parser.add_argument("--scenario", choices=["steady", "drift", "partner"], default="steady")
-    parser.add_argument("--scenario-after", type=int, default=2)
+    parser.add_argument("--cycle", type=int, default=1, help="live: how far users have drifted toward hard "
+                        "questions (default 1).")
+    parser.add_argument("--interval", type=float, default=60.0, help="live: seconds between batches (default 60).")
+    parser.add_argument("--batches", type=int, help="live: stop after this many batches.")
+    parser.add_argument("--scenario", choices=["steady", "drift", "partner"], default="steady",
+                        help="live: what changes after --scenario-after batches (README: Watching it live).")
+    parser.add_argument("--scenario-after", type=int, default=2, help="live: batches before the scenario starts.")
+    parser.add_argument("--exit-with-parent", action="store_true",
+                        help="live: stop when stdin closes (how `rmi simulate` starts it).")
     args = parser.parse_args(argv)
     settings = Settings()
     keys = settings.serving.api_keys  # the world is a client like any other: with keys set, it uses the first
@@ -46,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()  # Ctrl-C (forwarded by `rmi simulate`) lets the batch in progress land, then stops
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), name="parent-gone", daemon=True).start()
+    if args.exit_with_parent:  # the command that started it holds stdin's other end, until it ends or is killed
+        threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), name="parent-gone", daemon=True).start()
     if curated:
         _say("curators wrote the private eval suite")
     run_live(world, interval=args.interval, cycle=args.cycle, batches=args.batches, stop=stop, say=_say,
