@@ -1,4 +1,5 @@
-"""The gate's bootstrap interval, percentile against BCa (scipy.stats.bootstrap), in the same seeded trials.
+"""The gate's bootstrap interval, percentile (the gate's own: multinomial resamples, each slice's spread widened by
+sqrt(n/(n-1))) against BCa (scipy.stats.bootstrap), in the same seeded trials.
 
     python bench/gate_bootstrap.py [--trials 400] [--confidences 0.95,0.98] [--seed 0] [--equal-only]
                                    [--grown-trials 200]
