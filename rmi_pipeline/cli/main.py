@@ -85,8 +85,8 @@ def simulate(
     from ..resources import build_resources
     from ..resources.registry import CHAMPION
     from ..serving.process import running_gateway, wait_ready
-    from .world_process import live as live_world
-    from .world_process import world_rounds
+    from .simulation import live as live_users
+    from .simulation import rounds
 
     resources = build_resources(settings)
     reach_stores(resources)
@@ -97,16 +97,16 @@ def simulate(
             log_file=settings.resolved_home / "serve.log") as (url, _):
         wait_ready(url, None)
         if live:
-            code = live_world(url, ["--cycle", str(cycle), "--interval", str(interval), "--scenario", scenario.value,
+            code = live_users(url, ["--cycle", str(cycle), "--interval", str(interval), "--scenario", scenario.value,
                                     "--scenario-after", str(scenario_after),
                                     *(["--batches", str(batches)] if batches is not None else [])])
             if code:
                 raise RuntimeError(f"the simulated world stopped with exit code {code} (its error is above)")
             return 0
-        with world_rounds(url, settings.resolved_home / "world.log") as world:
-            if world.curated:
+        with rounds(url, settings.resolved_home / "world.log") as users:
+            if users.curated:
                 say("curators wrote the private eval suite")
-            names, stats = world.round(cycle)
+            names, stats = users.round(cycle)
         say(f"the gateway wrote {', '.join(names) or 'no batch'}: {stats['queries']} questions, right "
             f"{stats['served_accuracy']:.0%}")
     return 0

@@ -2,7 +2,7 @@
 
 The world's users reach the champion the way real ones would: through `rmi serve`, started here as a process of
 its own (stopped by its pid at the end); their feedback lands as the gateway's batch files. The world is a program
-of its own too (cli/world_process.py): this command never imports it.
+of its own too (cli/simulation.py): this command never imports it.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles afte
     from ..serving.process import running_gateway
     from ..training_worker import stop_training_workers
     from .report import learning_curve, summary_table, write_summary
-    from .world_process import world_rounds
+    from .simulation import rounds
 
     defs = build_definitions(settings)
     reach_stores(defs.resources)
@@ -53,11 +53,11 @@ def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles afte
     try:
         with running_gateway(env, log_file=home / "serve.log") as (url, _):
             say(f"rmi serve answers the world's users on {url} (its log: {home / 'serve.log'})")
-            with world_rounds(url, home / "world.log") as world:
-                if world.curated:
+            with rounds(url, home / "world.log") as users:
+                if users.curated:
                     say("curators wrote the private eval suite")
-                records = _cycles(cycles, defs, instance, world)
-                closing = (_closing_round(cycles + 1, defs, instance, world, records)
+                records = _cycles(cycles, defs, instance, users)
+                closing = (_closing_round(cycles + 1, defs, instance, users, records)
                            if records and not records[-1].interrupted else None)
     finally:
         stop_training_workers(home)  # a one-shot command leaves no process behind
@@ -72,7 +72,7 @@ def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles afte
     return 0 if all(r.success for r in records) else 1
 
 
-def _cycles(cycles: int, defs, instance, world) -> list:
+def _cycles(cycles: int, defs, instance, users) -> list:
     from ..automation.in_process import QUIET_LOGS, ingest_new_batches, launched_here
     from ..automation.jobs import improvement_cycle
     from ..resources.registry import CANARY, CHAMPION
@@ -87,10 +87,10 @@ def _cycles(cycles: int, defs, instance, world) -> list:
         if cycle > 0:
             t = time.perf_counter()
             canary = registry.version(CANARY)
-            wait_ready(world.gateway_url, registry.version(CHAMPION).version,
+            wait_ready(users.gateway_url, registry.version(CHAMPION).version,
                        canary=canary.version if canary else None)
             with narrated(f"[cycle {cycle}]", "users asking through the gateway", say):
-                batches, record.world = world.round(cycle)
+                batches, record.world = users.round(cycle)
             record.seconds["world"] = time.perf_counter() - t
             say(f"[cycle {cycle}] users asked {record.world['queries']} questions ({_who(record.world)}) through "
                 f"the gateway (right {record.world['served_accuracy']:.0%}); their feedback is in its batch files"
@@ -171,7 +171,7 @@ def _health(defs, instance, cycle: int) -> str:
     return checks[0].description if checks else f"the check failed; see `make ui`, run {checked.run_id}"
 
 
-def _closing_round(cycle: int, defs, instance, world, records: list) -> str | None:
+def _closing_round(cycle: int, defs, instance, users, records: list) -> str | None:
     """The last cycle's canary meets the users of one more round, so that the run ends with its verdict."""
     from ..automation.in_process import ingest_new_batches
     from ..resources.registry import CANARY, CHAMPION
@@ -182,9 +182,9 @@ def _closing_round(cycle: int, defs, instance, world, records: list) -> str | No
     canary = registry.version(CANARY)
     if canary is None:
         return None
-    wait_ready(world.gateway_url, registry.version(CHAMPION).version, canary=canary.version)
+    wait_ready(users.gateway_url, registry.version(CHAMPION).version, canary=canary.version)
     with narrated("[closing]", "users asking through the gateway", say):
-        _, stats = world.round(cycle)
+        _, stats = users.round(cycle)
     say(f"[closing] users asked {stats['queries']} questions ({_who(stats)}) through the gateway")
     with narrated("[closing]", "ingesting their feedback and the canary verdict", say):
         records[-1].closing = {"world": stats, "ingest": ingest_new_batches(defs, instance)}

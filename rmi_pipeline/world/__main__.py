@@ -1,5 +1,5 @@
 """The simulated world as a program of its own, so that no command of the pipeline imports it: `rmi run` and
-`rmi simulate` start it and read what it prints (rmi_pipeline/cli/world_process.py), as the pipeline reads what
+`rmi simulate` start it and read what it prints (rmi_pipeline/cli/simulation.py), as the pipeline reads what
 users leave only in the gateway's feedback files.
 
     python -m rmi_pipeline.world rounds --gateway URL   one JSON line per round asked on stdin ({"cycle": N})

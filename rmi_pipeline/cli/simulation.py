@@ -1,4 +1,4 @@
-"""The simulated world, started as a program of its own (`python -m rmi_pipeline.world`): `rmi run` and
+"""The simulated users, started as a program of their own (`python -m rmi_pipeline.world`): `rmi run` and
 `rmi simulate` reach it only through what it prints, so the pipeline never imports the world it learns from."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from .home import say
 
 
-class WorldRounds:
+class Rounds:
     """The world's users, a round at a time: `round(cycle)` returns the batch files the gateway's closing flush
     wrote and what happened (queries, versions that answered, how often right, reactions)."""
 
@@ -38,13 +38,13 @@ class WorldRounds:
 
 
 @contextmanager
-def world_rounds(gateway_url: str, log_file: Path):
+def rounds(gateway_url: str, log_file: Path):
     """The world in rounds mode, its errors in `log_file`; stopped when the block ends (its stdin closed, then by
     its process id)."""
     with open(log_file, "ab") as log:
         process = _start(["rounds", "--gateway", gateway_url], stdout=subprocess.PIPE, stderr=log)
         try:
-            yield WorldRounds(process, gateway_url, log_file)
+            yield Rounds(process, gateway_url, log_file)
         finally:
             with suppress(BrokenPipeError):
                 process.stdin.close()  # the world ends its round in progress and exits
