@@ -16,7 +16,9 @@ never open the message channel: only global rank 0 reports and writes.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +28,7 @@ from dagster_pipes import PipesDefaultContextLoader, PipesEnvVarParamsLoader, op
 # the dataset's columns training reads (not its batch ids or sources: the mix says what a row is)
 READ = ("prompt", "target", "mix", "scale", "reference", "teacher", "skill", "tier", "weight")
 RANK_VARIABLES = ("RANK", "NODE_RANK", "GROUP_RANK", "LOCAL_RANK")  # set by Lightning, torchrun or a job operator
+NUDGE = signal.SIGUSR2  # sent to the main thread alone, to end a system call it waits in
 
 
 def is_global_zero() -> bool:
@@ -158,6 +161,37 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     }
 
 
+def ctrl_c_reaches_the_main_thread() -> None:
+    """Ctrl-C stops the program even while its main thread waits in a system call (the warm start's or the
+    dataset's read). Python runs a signal's handler only in the main thread, at its next bytecode: a SIGINT that
+    another thread took (the kernel gives it to any that does not block it: torch's, polars') or that came just
+    before the read began waited for a main thread that never came back (7 Ctrl-Cs of 105 under load). Python
+    writes each signal it catches to a wakeup pipe; a thread reading it sends NUDGE to the main thread until SIGINT's
+    handler has run there: the system call returns EINTR and KeyboardInterrupt is raised, as for any Ctrl-C."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started to ignore Ctrl-C: it still does
+        return
+    handled = threading.Event()
+    main_thread = threading.get_ident()
+
+    def interrupted(signum, frame):
+        handled.set()
+        signal.default_int_handler(signum, frame)
+
+    def relay() -> None:
+        while signal.SIGINT not in os.read(wakeup, 64):
+            pass
+        while not handled.is_set():
+            signal.pthread_kill(main_thread, NUDGE)
+            handled.wait(0.05)
+
+    wakeup, written = os.pipe()
+    os.set_blocking(written, False)
+    signal.signal(NUDGE, lambda *_: None)
+    signal.signal(signal.SIGINT, interrupted)
+    signal.set_wakeup_fd(written, warn_on_full_buffer=False)
+    threading.Thread(target=relay, name="ctrl-c relay", daemon=True).start()
+
+
 def main() -> int:
     if not PipesEnvVarParamsLoader().is_dagster_pipes_process():
         print("train_candidate runs under Dagster Pipes: materialize candidate_model instead", file=sys.stderr)
@@ -165,6 +199,7 @@ def main() -> int:
     # torch's OpenMP threads spin while they wait; on CPUs shared with other jobs a 2-thread fit then ran 25x
     # slower than with waiting threads that sleep (measured: 200 steps in 248-300 s against 9.9 s)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    ctrl_c_reaches_the_main_thread()
     if not is_global_zero():
         train(read_extras())
         return 0

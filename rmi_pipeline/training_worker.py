@@ -220,7 +220,10 @@ def serve(path: str) -> int:
                 spare = _Spare([listener, selector])
                 _status(pid_file, path, spare.pid)
             for key, _ in selector.select(timeout=0.2):
-                if key.fileobj is listener:
+                if isinstance(key.data, tuple):  # a child exited: reaped below
+                    selector.unregister(key.fileobj)
+                    os.close(key.fd)
+                elif key.fileobj is listener:
                     conn, _ = listener.accept()
                     if _start(conn, children, selector, listener, spare) == "stop":
                         return 0
@@ -361,7 +364,17 @@ def _start(conn: socket.socket, children: dict, selector, listener: socket.socke
         pass  # the client is gone: its connection reads as closed, and the child is ended there
     children[pid] = conn
     selector.register(conn, selectors.EVENT_READ, pid)
+    _watch_exit(selector, pid)
     return None
+
+
+def _watch_exit(selector, pid: int) -> None:
+    """Wake the worker's loop the moment `pid` exits (a Linux pidfd), so its client hears at once: polled every
+    0.2 s, a candidate waited 0.1 s on average for its program's end. Elsewhere the poll alone notices it."""
+    try:
+        selector.register(os.pidfd_open(pid), selectors.EVENT_READ, ("exited", pid))
+    except (AttributeError, OSError):  # no pidfd on this system, or the child is already reaped
+        pass
 
 
 def _child(request: dict, fds: list[int]) -> None:

@@ -1,10 +1,12 @@
 """The warm training worker: imports paid once, every candidate still trained in a process of its own, and the
 same candidate as the cold training program would train."""
 
+import ctypes
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -110,6 +112,33 @@ def test_each_candidate_trains_in_a_child_of_one_warm_worker_that_a_dying_client
     assert stop(folder) == 1  # the worker and its spare child both end
     gone, alive = psutil.wait_procs([worker, spare], timeout=30)
     assert alive == [] and list(folder.glob("*.pid")) == []
+
+
+def takes_sigint(pid: int, thread: int) -> bool:
+    """Whether the kernel may give `thread` of `pid` a SIGINT sent to the process (it does not block it)."""
+    status = Path(f"/proc/{pid}/task/{thread}/status").read_text()
+    blocked = int(next(line for line in status.splitlines() if line.startswith("SigBlk:")).split()[1], 16)
+    return not blocked & (1 << (signal.SIGINT - 1))
+
+
+def test_ctrl_c_stops_the_program_while_its_main_thread_waits_in_a_read_and_another_thread_takes_it(tmp_path):
+    """The kernel hands a process's SIGINT to any of its threads that does not block it, and Python handles it only
+    in the main thread, at its next bytecode: here the main thread waits in the warm start's read and another thread
+    takes the signal. The program still stops, as from any Ctrl-C (before, it waited forever)."""
+    program = subprocess.Popen([sys.executable, "-m", "rmi_pipeline.train_candidate"],
+                               env={**os.environ, **blocked_training(tmp_path)}, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    try:  # Linux names where a thread sleeps: opening a named pipe no one writes waits "for a partner"
+        while Path(f"/proc/{program.pid}/wchan").read_text() != "wait_for_partner":
+            assert program.poll() is None and time.monotonic() < deadline, "the program never waited in the read"
+            time.sleep(0.05)
+        other = next(t.id for t in psutil.Process(program.pid).threads()
+                     if t.id != program.pid and takes_sigint(program.pid, t.id))
+        assert ctypes.CDLL(None).tgkill(program.pid, other, signal.SIGINT) == 0
+        _, err = program.communicate(timeout=30)
+    finally:
+        program.kill()
+    assert program.returncode != 0 and "KeyboardInterrupt" in err
 
 
 def test_a_warm_candidate_is_the_cold_program_s_candidate_weight_for_weight(rmi_env, monkeypatch):
