@@ -152,9 +152,9 @@ def test_the_gate_s_statistics_are_scipy_s_without_importing_scipy_stats():
 
 
 def test_a_few_item_slices_do_not_make_an_equal_challenger_s_gain_look_real():
-    """Horizon slices hold a few items each. A bootstrap resample of n items spreads (n-1)/n of their variance, so
-    on 140 saturated slices and 7 of 2-6 items an equal challenger was promoted in 8 of 200 seeded trials (nominal
-    1% a side); with the spread corrected (and kept within the values seen), 6."""
+    """Horizon slices hold a few items each, where a bootstrap's interval is too narrow: on 140 saturated slices and
+    7 of 2-6 items an equal challenger was promoted in 8 of 200 seeded trials (nominal 1% a side), 6 with the spread
+    corrected; with the randomization test beside the interval, 2 (of 1,000 trials: 34 before it, 7 with it)."""
     promoted = 0
     for t in range(200):
         rng = np.random.default_rng(t)
@@ -162,4 +162,4 @@ def test_a_few_item_slices_do_not_make_an_equal_challenger_s_gain_look_real():
         for j, n in enumerate([2, 2, 3, 4, 5, 6, 6]):
             slices[f"add/{200 + j}"] = Paired(rng.integers(0, 2, n).astype(float), rng.integers(0, 2, n).astype(float))
         promoted += decide(slices, set(slices), GATE, seed=t).promote
-    assert promoted <= 6
+    assert promoted <= 3
