@@ -29,6 +29,7 @@ def test_better_everywhere_is_promoted_with_an_interval_above_zero():
     d = decide(table({s: 0.7 for s in SLICES}, {s: 0.5 for s in SLICES}), set(SLICES), GATE)
     assert d.promote and d.gain == pytest.approx(0.2) and d.gain_low > 0.1
     assert "Promoted" in d.reason and "| add/2 | 100 | yes | 0.70 | 0.50 | +0.20 |" in markdown(d)
+    assert d.p_chance < 0.001 and f"this gain or more with p {d.p_chance:.2g}." in markdown(d)
 
 
 def test_one_slice_regressing_past_its_tolerance_blocks_promotion():

@@ -213,8 +213,12 @@ def _gain(pair: Paired) -> float:
 
 def markdown(decision: Decision) -> str:
     """The verdict as the UI shows it: one sentence, then every slice with its delta and interval."""
-    lines = [decision.reason, "", "| slice | items | counted | challenger | champion | delta | interval | p worse | |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [decision.reason, ""]
+    if decision.p_chance is not None:
+        lines += [f"Equal models (each item where they differ going either way) would show this gain or more with p "
+                  f"{decision.p_chance:.2g}.", ""]
+    lines += ["| slice | items | counted | challenger | champion | delta | interval | p worse | |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in decision.slices:
         champ = "-" if r.champion is None else f"{r.champion:.2f}"
         delta = "-" if r.delta is None else f"{r.delta:+.2f}"
