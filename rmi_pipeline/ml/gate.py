@@ -138,7 +138,7 @@ def decide(slices: dict[str, Paired], counted: set[str], gate: Gate, *,
         r.regressed = bool(p <= (1 - confidence) / 2) and r.delta < -tolerance
     old = float(np.mean([r.champion for r in results if r.counted]))
     gain = new - old
-    p_chance = _p_chance([values_of[name] for name in sorted(counted)], resamples, rng)
+    p_chance = _p_chance([values_of[name] for name in sorted(counted)], gain, resamples, rng)
     decision = Decision(False, "", new, old, gain, low, high, results, p_chance=p_chance)
     for name, (seen, fresh) in (leak_pairs or {}).items():
         if len(seen.challenger) and len(fresh.challenger):  # a recipe may have no public set
@@ -166,19 +166,18 @@ def decide(slices: dict[str, Paired], counted: set[str], gate: Gate, *,
     return decision
 
 
-def _p_chance(samples: list[np.ndarray], resamples: int, rng: np.random.Generator) -> float:
-    """The one-sided p-value that models of equal skill show a gain this large: were the two interchangeable, each
-    item where their results differ would go either way with even odds (a sign flip per item, every slice keeping its
-    weight). It holds its level on slices of a few items, where the bootstrap's interval is too narrow (an equal
-    challenger beside 7 slices of 2-6 items: promoted in 3% of trials against the nominal 1%). Results are 0/1, so a
-    slice's flipped sum is twice a binomial draw minus the items that differ."""
-    observed = np.mean([sample.mean() for sample in samples])
+def _p_chance(samples: list[np.ndarray], gain: float, resamples: int, rng: np.random.Generator) -> float:
+    """The one-sided p-value that models of equal skill show `gain` (the mean of the samples' means) or more: were
+    the two interchangeable, each item where their results differ would go either way with even odds (a sign flip
+    per item, every slice keeping its weight). It holds its level on slices of a few items, where the bootstrap's
+    interval is too narrow (an equal challenger beside 7 slices of 2-6 items: promoted in 3% of trials against the
+    nominal 1%). Results are 0/1, so a slice's flipped sum is twice a binomial draw minus the items that differ."""
     flipped = np.zeros(resamples)
     for sample in samples:
         differ = int(np.count_nonzero(sample))
         if differ:
             flipped += (2 * rng.binomial(differ, 0.5, size=resamples) - differ) / len(sample)
-    at_least = int(np.count_nonzero(flipped / len(samples) >= observed - 1e-12))
+    at_least = int(np.count_nonzero(flipped / len(samples) >= gain - 1e-12))
     return (1 + at_least) / (1 + resamples)
 
 
