@@ -8,6 +8,7 @@ model leads back to its dataset, feedback batches, run and code.
 """
 
 
+import functools
 import subprocess
 import sys
 import warnings
@@ -114,8 +115,9 @@ def _joined(batches: list[str], limit: int = 4000) -> str:
     return text if len(text) <= limit else f"{len(batches)} batches: see the dataset manifest"
 
 
+@functools.cache
 def code_version() -> str:
-    """The git commit of the pipeline code, or 'unknown' outside a checkout."""
+    """The git commit of the pipeline code this process loaded, or 'unknown' outside a checkout."""
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
                              capture_output=True, text=True, timeout=5)

@@ -59,7 +59,7 @@ def _create_instance_once(dagster_home: Path) -> None:
     from filelock import FileLock
 
     config = yaml.safe_load((dagster_home / "dagster.yaml").read_text()) or {}
-    if {"storage", "run_storage", "event_log_storage"} & set(config):
+    if {"run_storage", "event_log_storage"} & set(config) or {"postgres", "mysql"} & set(config.get("storage") or {}):
         return
     with FileLock(dagster_home / ".created.lock"):
         if (dagster_home / ".created").exists():

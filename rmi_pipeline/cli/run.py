@@ -73,7 +73,7 @@ def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles afte
 
 
 def _cycles(cycles: int, defs, instance, users) -> list:
-    from ..automation.in_process import QUIET_LOGS, ingest_new_batches, launched_here
+    from ..automation.in_process import QUIET_LOGS, ingest_new_batches, keep_what_is_loaded, launched_here
     from ..automation.jobs import improvement_cycle
     from ..resources.registry import CANARY, CHAMPION
     from ..serving.process import wait_ready
@@ -126,6 +126,8 @@ def _cycles(cycles: int, defs, instance, users) -> list:
             what = f"the champion had moved to v{after.version} before it did" if moved else "the champion did not move"
             say(f"[cycle {cycle}] the cycle run failed; {what}. See `make ui`, run {result.run_id}.")
         records.append(record)
+        if cycle == 0:
+            keep_what_is_loaded()
         if record.interrupted:  # Dagster turns Ctrl-C (or SIGTERM) into a failed run: the loop stops there too
             say(f"[cycle {cycle}] interrupted: no more cycles")
             break

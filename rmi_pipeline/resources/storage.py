@@ -150,7 +150,9 @@ class ObjectStore(ConfigurableResource):
         return json.loads(self.read_bytes(key))
 
     def write_json(self, key: str, value: Any) -> str:
-        return self.write_bytes(key, json.dumps(value, indent=1, sort_keys=True).encode())
+        """Keys sorted, no indentation: Python's encoder in C (an indented eval set took 5x as long; `jq .` shows
+        one indented)."""
+        return self.write_bytes(key, json.dumps(value, sort_keys=True).encode())
 
     def write_parquet(self, key: str, frame) -> str:
         buf = io.BytesIO()
