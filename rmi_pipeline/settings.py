@@ -164,6 +164,8 @@ class Settings(BaseSettings):
     batch_size: int = Field(default=64, description="Training rows per step, of up to 64 tokens; a step of "
                             "longer rows holds fewer, as many tokens in all (ml/train.py: ROW_TOKENS).")
     learning_rate: float = Field(default=3e-3, description="Peak AdamW rate (warmup, then cosine to a tenth).")
+    gradient_clip: float = Field(default=1.0, ge=0, description="Largest gradient norm a training step applies (0: "
+                                 "none): one outlying batch cannot throw a warm-started model off what it knew.")
     accelerator: str = Field(default="auto", description="Lightning accelerator: auto, cpu, gpu.")
     devices: str = Field(default="1", description="Lightning devices: a count, a list like '0,1', or 'auto'.")
     strategy: str = Field(default="auto", description="Lightning strategy: auto, ddp, fsdp, ...")
@@ -362,7 +364,7 @@ class Settings(BaseSettings):
             precision = "bf16-mixed" if gpu else "32-true"
         devices = int(self.devices) if self.devices.isdigit() else self.devices
         return {"accelerator": self.accelerator, "devices": devices, "strategy": self.strategy,
-                "precision": precision, "num_nodes": self.num_nodes}
+                "precision": precision, "num_nodes": self.num_nodes, "gradient_clip_val": self.gradient_clip or None}
 
     @property
     def gate(self) -> Gate:

@@ -141,3 +141,31 @@ def test_a_step_holds_a_full_batch_of_short_rows_and_fewer_long_ones_within_the_
     drawn = list(rank_sampler(torch.ones(900), 20 * 64, 0, 0))
     assert list(_LengthBatches(torch.ones(900), lengths[:900], 20, 64, 0, 0)) == [
         drawn[i:i + 64] for i in range(0, len(drawn), 64)]
+
+
+def test_no_training_step_applies_a_gradient_larger_than_the_clip():
+    """A climb's candidate, warm-started and trained on right labels, lost subtraction (3-digit differences 1.00 ->
+    0.91); retrained on the same rows its 240-digit answers went 0.25 -> 0.90 and 0.62 -> 0.78 with the clip."""
+    import random
+
+    from rmi_pipeline.ml.train import fit
+    from rmi_pipeline.settings import Settings
+
+    seed_set = R.seed_tasks(random.Random(0))[:256]
+    applied = {}
+    for clip in (1.0, 0.0):
+        model = R.build_model(3e-3, 20)
+        tokens, mask = R.encode(model, [t.prompt for t in seed_set], [t.answer for t in seed_set])
+        configure, norms = model.configure_optimizers, applied.setdefault(clip, [])
+
+        def recording(configure=configure, norms=norms):
+            config = configure()
+            config["optimizer"].register_step_post_hook(lambda opt, *_: norms.append(float(torch.linalg.vector_norm(
+                torch.stack([p.grad.norm() for g in opt.param_groups for p in g["params"] if p.grad is not None])))))
+            return config
+
+        model.configure_optimizers = recording
+        fit(model, tokens, mask, max_steps=20, max_seconds=120, scales=torch.full((len(tokens),), 50.0),
+            trainer=Settings(gradient_clip=clip, accelerator="cpu").trainer_options())
+    assert len(applied[1.0]) == 20 and max(applied[1.0]) <= 1.0 + 1e-4
+    assert max(applied[0.0]) > 1.0, "unclipped, these rows' gradients are larger: else nothing here was clipped"

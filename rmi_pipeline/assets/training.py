@@ -74,7 +74,8 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, set
         "focus": list(config.focus), "focus_weight": config.focus_weight,
         "hint_distillation": settings.hint_distillation,
         "trainer": {"accelerator": settings.accelerator, "devices": settings.devices, "strategy": settings.strategy,
-                    "precision": settings.precision, "num_nodes": settings.num_nodes},
+                    "precision": settings.precision, "num_nodes": settings.num_nodes,
+                    "gradient_clip": settings.gradient_clip},
     }
     with registry.run(f"candidate-{version}", tags=lineage) as run_id:
         params = {"steps": steps, "batch_size": settings.batch_size, "learning_rate": settings.learning_rate,
