@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 
 # torch's OpenMP threads spin while they wait; on shared cores that slows in-process training ~25x
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -92,6 +93,15 @@ def served(loop_home, tmp_path_factory):
 # longer reads.)
 LOOP_FILES = {"test_browser.py", "test_canary_live.py", "test_cli.py", "test_ddp.py", "test_loop.py", "test_serving.py",
               "test_ui.py"}
+
+
+def pytest_configure(config):
+    """Tests press Ctrl-C on the programs they start, as a person at a terminal would. A test run started in the
+    background by a non-interactive shell (`make test &`, as some CI runners do) inherits SIGINT ignored, passes that
+    on to every program it starts, and Python keeps it: Ctrl-C then stops nothing, rightly. Start them as a terminal
+    would."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_xdist_make_scheduler(config, log):
