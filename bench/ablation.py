@@ -1,9 +1,10 @@
 """What each way of improving buys: the same cycles, seed and world with more of the method turned on.
 
-    python bench/ablation.py [--cycles 3] [--configs a,a_long,b,c,d,d_long,self]
+    python bench/ablation.py [--cycles 3] [--configs a,a_long,b,c,d,d_long,self] [--seed 0]
 
     a  fine-tuning on feedback only (feedback, corrections, replay)
     a_long  a trained 4,000 steps a cycle instead of 2,500, for a comparison at equal wall time with d_long
+    a_equal  a trained 1,400 steps a cycle: the default full method's wall time (800 steps and making its data)
     b  + harder tasks (practice problems at the frontier, answers the verifier accepts)
     c  + RL from the verifier with coach hints (and distillation of hinted successes)
     d  + self-labelling (the full method, the default mix)
@@ -46,6 +47,7 @@ CONFIGS = {
     "verifier": ("self-labelling and the verifier", {"feedback": 0, "corrections": 0, "hint_distill": 0,
                                                      "replay": 0.5, "self_label": 0.25, "practice": 0.15, "rl": 0.1}),
     "a_long": ("feedback only, 4,000 steps", OFF),
+    "a_equal": ("feedback only, 1,400 steps (d's wall time)", OFF),
     "d_long": ("full, 3,500 steps (a_long's wall time)", FULL),
 }
 # the README's tables were measured with 2,500 steps a cycle (RMI_TRAIN_STEPS=2500; the default is now 800) and
@@ -53,8 +55,8 @@ CONFIGS = {
 # match, and its labels are half of every batch: with 1,000 problems each label was seen about 60 times a cycle
 # (4,000: a tier a cycle on 2 of 3 seeds; 8,000: on all 3).
 ALONE = {"RMI_TRAIN_STEPS": "4000", "RMI_SELF_LABEL_PROBLEMS": "8000"}
-CONFIG_ENV = {"a_long": {"RMI_TRAIN_STEPS": "4000"}, "d_long": {"RMI_TRAIN_STEPS": "3500"},
-              "self": ALONE, "verifier": ALONE}
+CONFIG_ENV = {"a_long": {"RMI_TRAIN_STEPS": "4000"}, "a_equal": {"RMI_TRAIN_STEPS": "1400"},
+              "d_long": {"RMI_TRAIN_STEPS": "3500"}, "self": ALONE, "verifier": ALONE}
 NO_USERS = ("self", "verifier")  # these start from the seed set alone, with no world asking anything
 # every configuration trains all its steps, however busy the machine: wall time is measured, not capped
 NO_TIME_CAPS = {"RMI_BOOTSTRAP_MAX_SECONDS": "3600", "RMI_TRAIN_MAX_SECONDS": "3600"}
@@ -177,26 +179,29 @@ def main() -> None:
     parser.add_argument("--run", help=argparse.SUPPRESS)  # internal: one configuration in this process
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help="RMI_SEED of every configuration (the first model's, "
+                        "the world's, training's)")
     args = parser.parse_args()
     if args.run:
         return run_config(args.run, args.first, args.cycles, Path(args.out))
 
-    results = {}
+    results, seeded = {}, {"RMI_SEED": str(args.seed)}
     with tempfile.TemporaryDirectory(prefix="rmi-ablation-") as tmp:
         names = args.configs.split(",")
         shared = [n for n in names if n not in NO_USERS]
         if shared:  # the first model every feedback configuration starts from
             print("== cycle 0: the first model, shared by " + ", ".join(shared), flush=True)
-            first = _run(tmp, "first", {}, 0, 0)
+            first = _run(tmp, "first", {}, 0, 0, seeded)
         for name in names:
             label, mix = CONFIGS[name]
             print(f"== {name}: {label} (RMI_MIX={json.dumps(mix)})", flush=True)
             if name in NO_USERS:
-                results[name] = _run(tmp, name, mix, 0, args.cycles, CONFIG_ENV[name])
+                results[name] = _run(tmp, name, mix, 0, args.cycles, {**CONFIG_ENV[name], **seeded})
             else:
                 shutil.copytree(Path(tmp) / "first", Path(tmp) / name)
-                results[name] = first + _run(tmp, name, mix, 1, args.cycles, CONFIG_ENV.get(name, {}))
-    print(f"\n| config | {' | '.join(f'cycle {c}' for c in range(args.cycles + 1))} | wall s, cycles 1-{args.cycles} "
+                results[name] = first + _run(tmp, name, mix, 1, args.cycles, {**CONFIG_ENV.get(name, {}), **seeded})
+    print(f"\nseed {args.seed}")
+    print(f"| config | {' | '.join(f'cycle {c}' for c in range(args.cycles + 1))} | wall s, cycles 1-{args.cycles} "
           "| self-label precision |")
     print("|---|" + "---|" * (args.cycles + 3))
     for name, rows in results.items():
