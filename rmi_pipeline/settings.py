@@ -55,7 +55,6 @@ class SelfLabelling:
     temperature: float
     saturation: float
     tiers: int
-    reach: str = "suite"  # or "model": Settings.self_label_reach
 
 
 @dataclass(frozen=True)
@@ -213,11 +212,6 @@ class Settings(BaseSettings):
                                      "self-labels are a large share wants more (self-labelling alone: 8000).")
     self_label_votes: int = Field(default=4, description="Sampled answers per problem besides the greedy one: the "
                                   "candidates a self-label is checked from (without recipe checks, all must agree).")
-    self_label_reach: Literal["suite", "model"] = Field(default="suite", description=(
-        "How far self-labels go: 'suite', up to the eval suite's top tier, where the gate's full slices see the "
-        "gain; 'model', to the champion's own reliable edge wherever it is, found at doubling steps (a champion "
-        "that generalizes past the suite then labels its own frontier: longer problems, costlier to make and "
-        "train on, whose gain only the suite's horizon slices see)."))
 
     # evals and the promotion gate
     eval_url: str | None = Field(default=None, description="Sealed eval store (may be another bucket); default "
@@ -388,7 +382,7 @@ class Settings(BaseSettings):
     @property
     def self_labelling(self) -> SelfLabelling:
         return SelfLabelling(self.self_label_problems, self.self_label_votes, self.sample_temperature,
-                             self.saturation, self.practice_tiers, self.self_label_reach)
+                             self.saturation, self.practice_tiers)
 
     @property
     def health(self) -> Health:

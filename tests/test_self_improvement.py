@@ -280,32 +280,6 @@ def test_practice_goes_no_further_than_the_eval_suite_reaches():
     # nothing at add/16 or sub/13
 
 
-def test_self_labels_may_follow_a_champion_past_the_suite_to_its_own_edge():
-    """RMI_SELF_LABEL_REACH=model: a champion reliable far past the eval suite's top tier labels its own frontier
-    (a climb's champion answered 300-digit sums while the suite's full slices stopped at 34, and labels of 33-34
-    digits taught it little it did not know); by default its labels stay within the suite's reach."""
-    from dataclasses import replace
-
-    from knowing_recipe import KnowsUpTo
-
-    from rmi_pipeline.ml.practice import practise
-    from rmi_pipeline.settings import Practice
-
-    class KnowsFar(KnowsUpTo):
-        knows = 40  # reliable up to 40 digits, right but unsure at 41 and 42
-
-    def labelled(reach: str) -> set:
-        made = practise(KnowsFar(), None, {"practice": 0, "rl": 0, "hint_distill": 0, "self_label": 0.1}, [],
-                        random.Random(0), 0, practice=Practice(problems=50, tiers=2, saturation=0.9, failed_prompts=0),
-                        sampling=Sampling(samples=4, temperature=1.0),
-                        self_labelling=replace(labelling(problems=50), reach=reach), reach={"add": 15, "sub": 12})
-        assert made.rows and all(R.verify(r["prompt"], r["target"])[0] == 1 for r in made.rows)
-        return {R.slice_of(r["prompt"]) for r in made.rows}
-
-    assert labelled("suite") == {("add", 15), ("sub", 12)}
-    assert labelled("model") == {("add", 41), ("sub", 41)}
-
-
 def test_the_edge_of_a_long_reliable_range_is_found_in_a_few_probes():
     from rmi_pipeline.ml.curriculum import first_unsolved
 

@@ -78,7 +78,7 @@ def practise(recipe, model, mix: dict[str, float], failed: list[str], rng: rando
                      co.solved_with_hint, "coach_solved_without_hint": co.solved_without_hint}
         out.failed_prompts = co.failed_prompts
     if mix["self_label"]:
-        sl = self_label(recipe, model, rng, self_labelling, seed + 3, last if self_labelling.reach == "suite" else None)
+        sl = self_label(recipe, model, rng, self_labelling, seed + 3, last)
         out.rows += [{**r, "source": "self_label"} for r in sl.rows]
         out.meta |= {"self_labels": len(sl.rows), **{f"self_labels {st}": n for st, n in sl.kept.items()}}
     return out

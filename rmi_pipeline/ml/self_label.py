@@ -23,10 +23,8 @@ import random
 from dataclasses import dataclass, field
 
 from ..settings import SelfLabelling
-from .curriculum import first_unsolved, problems_at
+from .curriculum import first_unsolved, measured_at, problems_at
 from .tasks import slice_name
-
-FEWEST_PROBES = 30  # problems that find whether a long tier is reliable: decoding them is quadratic in length
 
 
 @dataclass
@@ -39,7 +37,7 @@ class SelfLabels:
 
 def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: int,
                last: dict[str, int] | None = None, probe: int = 100) -> SelfLabels:
-    """`probe` problems per tier (fewer past curriculum.FULL_COUNT_TIER, never under FEWEST_PROBES) find the edge of
+    """`probe` problems per tier (curriculum.measured_at: fewer past FULL_COUNT_TIER, at least 30) find the edge of
     the reliable range up to `last[skill]` (None: the recipe's hardest tier); `options.problems` (fewer past
     FULL_COUNT_TIER too) are labelled at each of `options.tiers` tiers from it, up to `last`."""
     per_tier, votes, temperature = options.problems, options.votes, options.temperature
@@ -48,8 +46,7 @@ def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: 
     last = last or {skill: recipe.hardest_tier for skill in recipe.skills}
     for skill in recipe.skills:
         def reliable(tier: int, skill: str = skill) -> bool:
-            n = max(FEWEST_PROBES, problems_at(probe, tier))
-            *_, agreed = _answers(recipe, model, rng, skill, tier, n, votes, temperature, seed)
+            *_, agreed = _answers(recipe, model, rng, skill, tier, measured_at(probe, tier), votes, temperature, seed)
             out.agreement[slice_name(skill, tier)] = sum(agreed) / len(agreed)
             return out.agreement[slice_name(skill, tier)] >= saturation
 
