@@ -78,7 +78,7 @@ def test_a_champion_that_solves_the_top_tiers_makes_the_suite_seal_the_next_ones
 
 def test_a_champion_that_generalizes_past_the_suite_s_growth_gets_a_horizon_slice_it_still_fails(
         rmi_env, monkeypatch):
-    from rmi_pipeline.ml.curriculum import FAR, HEADROOM, HORIZON, measured_at, problems_at, reach
+    from rmi_pipeline.ml.curriculum import FAR, FEWEST, HEADROOM, HORIZON, measured_at, problems_at, reach
     from rmi_pipeline.ml.gate import Paired, decide
 
     monkeypatch.setenv("RMI_RECIPE", "knowing_recipe:KnowsUpTo")
@@ -113,8 +113,8 @@ def test_a_champion_that_generalizes_past_the_suite_s_growth_gets_a_horizon_slic
     for skill in recipe.skills:
         near, far = first[skill]  # the first tier it answers under HORIZON, and 4 times as many digits
         assert near["tier"] > dense_top[skill] + 10 and far["tier"] == FAR * near["tier"] and near["private"]
-        assert near["items"] == measured_at(40, near["tier"]) == 30  # fewer past 10 digits, never few
-        assert far["items"] == problems_at(40, far["tier"]) < 30  # fewer still: both models fail it
+        assert near["items"] == measured_at(40, near["tier"]) == FEWEST  # fewer past 10 digits, never few
+        assert far["items"] == problems_at(40, far["tier"]) < FEWEST  # fewer still: both models fail it
         assert meta[f"champion {skill}/{near['tier']}"] < HORIZON <= meta[f"champion {skill}/{dense_top[skill]}"]
         assert meta[f"champion {skill}/{far['tier']}"] == 0
     assert meta["horizon_slices"] == ", ".join(f"{x['skill']}/{x['tier']}" for s in recipe.skills for x in first[s])
@@ -141,7 +141,7 @@ def test_a_champion_that_generalizes_past_the_suite_s_growth_gets_a_horizon_slic
     grown = eval_store.read_json(layout.grown(meta["grown_version"]))["items"]
     for skill in recipe.skills:
         (edge,) = [x for x in manifest["slices"] if x["skill"] == skill and x["edge"]]
-        assert dense_top[skill] + 6 < edge["tier"] < first[skill][0]["tier"] and edge["items"] == 30
+        assert dense_top[skill] + 6 < edge["tier"] < first[skill][0]["tier"] and edge["items"] == FEWEST
         assert meta[f"champion {skill}/{edge['tier']}"] >= 0.8
         items = [i for i in grown if i["skill"] == skill and i["tier"] == edge["tier"]]
         sure = recipe.correct(None, [Task(i["prompt"], i["answer"], skill, i["tier"]) for i in items])
