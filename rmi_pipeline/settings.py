@@ -55,6 +55,7 @@ class SelfLabelling:
     temperature: float
     saturation: float
     tiers: int
+    past_suite: bool  # label at the edge past the eval suite's top tier too
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,10 @@ class Settings(BaseSettings):
                                      "self-labels are a large share wants more (self-labelling alone: 8000).")
     self_label_votes: int = Field(default=4, description="Sampled answers per problem besides the greedy one: the "
                                   "candidates a self-label is checked from (without recipe checks, all must agree).")
+    self_label_past_suite: bool = Field(default=True, description="A champion reliable up to the eval suite's top "
+                                        "tier also labels at its own edge past it, found the same way: a climb's "
+                                        "champion answered 400-digit sums while the suite's dense tiers stood at "
+                                        "28-64, where its labels taught it nothing new.")
 
     # evals and the promotion gate
     eval_url: str | None = Field(default=None, description="Sealed eval store (may be another bucket); default "
@@ -382,7 +387,7 @@ class Settings(BaseSettings):
     @property
     def self_labelling(self) -> SelfLabelling:
         return SelfLabelling(self.self_label_problems, self.self_label_votes, self.sample_temperature,
-                             self.saturation, self.practice_tiers)
+                             self.saturation, self.practice_tiers, self.self_label_past_suite)
 
     @property
     def health(self) -> Health:

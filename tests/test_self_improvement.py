@@ -15,8 +15,8 @@ from rmi_pipeline.settings import Sampling, SelfLabelling
 R = ArithmeticRecipe()
 
 
-def labelling(problems: int) -> SelfLabelling:
-    return SelfLabelling(problems=problems, votes=4, temperature=1.0, saturation=0.9, tiers=1)
+def labelling(problems: int, past_suite: bool = True) -> SelfLabelling:
+    return SelfLabelling(problems=problems, votes=4, temperature=1.0, saturation=0.9, tiers=1, past_suite=past_suite)
 
 
 class UpTo12Digits(ArithmeticRecipe):
@@ -207,6 +207,51 @@ def test_a_model_reliable_up_to_the_suites_top_tier_labels_the_top_tiers_instead
     # subtraction is bounded by the recipe's hardest tier: nothing is left past it, nothing is labelled
 
 
+def test_a_model_reliable_past_the_suites_top_tier_also_labels_at_its_own_edge_there():
+    from knowing_recipe import KnowsUpTo
+
+    def labelled(past_suite: bool) -> set:
+        out = self_label(KnowsUpTo(), None, random.Random(0), labelling(50, past_suite), seed=0,
+                         last={"add": 6, "sub": 6})
+        assert all(r["target"] == right(r["prompt"]) for r in out.rows)  # greedy is right up to 14 digits
+        return {R.slice_of(r["prompt"]) for r in out.rows}
+
+    # reliable up to 12 digits, unsure at 13: besides the suite's top tier, where it learns nothing new, its edge
+    assert labelled(past_suite=True) == {("add", 6), ("add", 13), ("sub", 6), ("sub", 13)}
+    assert labelled(past_suite=False) == {("add", 6), ("sub", 6)}
+
+
+class SplitPast8Digits(UpTo12Digits):
+    """A 'model' right at differences, and at sums up to 8 digits; past them its sums are wrong, and so are its
+    votes, split between two wrong answers. It counts the problems it is sampled on, per slice."""
+
+    def __init__(self):
+        self.sampled = {}
+
+    def reply(self, prompt, vote=False):
+        slice_ = self.slice_of(prompt)
+        return str(int(right(prompt)) + (10 + 10 * vote) * (slice_[0] == "add" and slice_[1] > 8))
+
+    def answer(self, model, prompts):
+        return [self.reply(p) for p in prompts]
+
+    def sample(self, model, prompts, k, temperature, seed):
+        for p in prompts:
+            self.sampled[self.slice_of(p)] = self.sampled.get(self.slice_of(p), 0) + 1
+        return [[self.reply(p)] * (k - 1) + [self.reply(p, vote=True)] for p in prompts]
+
+
+def test_past_the_suite_a_tier_whose_first_problems_keep_no_label_is_not_labelled_further():
+    from rmi_pipeline.ml.curriculum import FEWEST, measured_at
+
+    recipe = SplitPast8Digits()
+    out = self_label(recipe, None, random.Random(0), labelling(problems=200), seed=0, last={"add": 4, "sub": 4})
+    assert out.past == {"add": 9} and out.kept["add/9"] == 0  # working back refutes both its answers
+    # the edge's probe, then FEWEST problems to label, not 200
+    assert recipe.sampled[("add", 9)] == measured_at(100, 9) + FEWEST
+    assert out.kept["add/4"] == out.kept["sub/4"] == 200 and {r["prompt"].count("+") for r in out.rows} == {0, 1}
+
+
 def test_arithmetic_checks_work_back_from_an_answer_by_the_inverse_operation():
     assert R.checks("57+68=", "125") == [("125-68=", "57"), ("125-57=", "68")]
     assert R.checks("125-68=", "57") == [("57+68=", "125"), ("125-57=", "68")]
@@ -257,9 +302,10 @@ def test_the_frontier_practice_and_self_labels_move_past_the_recipe_s_initial_to
 
 
 def test_practice_goes_no_further_than_the_eval_suite_reaches():
-    """Past the suite's top tier a gain cannot be measured, so nothing is made there: the frontier, practice, RL
-    and self-labels all stop at the reach; a skill solved up to it gets no practice or RL, and self-labels at its top
-    tier (no ground truth says the model's sure answers there are right: its checks do)."""
+    """Past the suite's top tier the gate sees only its few horizon slices, and the problems there cost the most:
+    the frontier, practice and RL stop at the reach; a skill solved up to it gets no practice or RL, and self-labels
+    at its top tier (no ground truth says the model's sure answers there are right: its checks do) and at its own
+    edge past it."""
     from knowing_recipe import KnowsUpTo
 
     from rmi_pipeline.ml.curriculum import reach
@@ -276,8 +322,8 @@ def test_practice_goes_no_further_than_the_eval_suite_reaches():
     assert (made.meta["frontier add"], made.meta["frontier sub"]) == (15, 13)  # sub: solved up to its reach
     made_at = {source: {R.slice_of(r["prompt"]) for r in made.rows if r["source"] == source}
                for source in ("practice", "rl", "self_label")}
-    assert made_at == {"practice": {("add", 15)}, "rl": {("add", 15)}, "self_label": {("add", 13), ("sub", 12)}}
-    # nothing at add/16 or sub/13
+    assert made_at == {"practice": {("add", 15)}, "rl": {("add", 15)},
+                       "self_label": {("add", 13), ("sub", 12), ("sub", 13)}}  # nothing at add/16
 
 
 def test_the_edge_of_a_long_reliable_range_is_found_in_a_few_probes():

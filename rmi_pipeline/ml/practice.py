@@ -4,7 +4,8 @@ At the first tier each skill has not yet solved (the frontier) and `Practice.tie
 eval suite's top tier (its reach: curriculum.reach; a skill solved up to it practises nothing), the champion
 gets generated problems and keeps the first sampled answer the recipe's verifier accepts; on those problems and on
 its latest thumbs-down prompts it samples groups for RL; its failures get a second attempt with the verifier's
-critique as a hint; and just past its reliable range it labels problems itself, keeping only labels it backs up.
+critique as a hint; and just past its reliable range (and, if that reaches the suite's top tier, at its own edge
+past it) it labels problems itself, keeping only labels it backs up.
 A source with no share in the training mix is not made. No ground truth is read but the verifier's.
 """
 
