@@ -110,6 +110,23 @@ def test_decoding_with_cached_keys_gives_the_tokens_of_recomputing_every_step():
                 assert len({tuple(row) for row in cached.tolist()}) >= 4  # sampled: not one answer for all
 
 
+def test_long_prompts_are_decoded_a_few_rows_at_a_time_with_the_same_answers(monkeypatch):
+    """A first forward pass over many long prompts held rows x tokens^2 attention scores at once: 20 GB for 640
+    sampled answers to 500-digit sums. The rows decoded together shrink with the prompt's length."""
+    from rmi_pipeline.ml import decoding
+
+    torch.manual_seed(0)
+    net = R.build_model(3e-3, 10).model.eval()
+    prompts = tok.encode([tok.model_prompt(int("7" * 40), "+", int("5" * 40 + str(k))) for k in range(10)])
+    whole = decoding.decode(net, prompts, 42)
+    rows_seen = []
+    monkeypatch.setattr(net, "forward", lambda idx, cache=None, f=net.forward: rows_seen.append(len(idx)) or f(
+        idx, cache=cache))
+    monkeypatch.setattr(decoding, "PREFILL_PAIRS", 3 * prompts.shape[1] ** 2)  # 3 rows of these prompts
+    assert torch.equal(decoding.decode(net, prompts, 42), whole)
+    assert max(rows_seen) == 3 and sum(rows_seen) == 42 * len(prompts)  # 4 batches, 42 steps each
+
+
 def test_places_are_read_off_the_tokens_so_one_place_value_stands_at_one_place():
     from rmi_pipeline.ml.gpt import layout
 

@@ -12,12 +12,19 @@ import inspect
 
 import torch
 
+# query-key pairs of attention scores in one batch's first forward pass (rows x prompt tokens squared): ml.gpt's
+# scores cost about 31 bytes a pair there, so 2^26 pairs take about 2 GB. A fixed 2,048 rows did not bound it: 640
+# sampled answers to 500-digit sums (1,002 prompt tokens) asked for about 20 GB, and a climb's benchmark process was
+# killed for memory probing a champion at 1,000 digits.
+PREFILL_PAIRS = 2**26
+
 
 @torch.no_grad()
 def decode(model: torch.nn.Module, prompts: torch.Tensor, new_tokens: int, *, temperature: float = 0.0,
            ban: torch.Tensor | None = None, generator: torch.Generator | None = None,
            batch_size: int = 2048) -> torch.Tensor:
-    """Extend equal-length prompts (B, T) by `new_tokens` tokens; returns only the new tokens.
+    """Extend equal-length prompts (B, T) by `new_tokens` tokens; returns only the new tokens. At most
+    `batch_size` rows are decoded together, fewer for long prompts (PREFILL_PAIRS).
 
     `ban` (B, new_tokens) holds a token id to forbid at each step, or -1 for none."""
     takes_cache = "cache" in inspect.signature(model.forward).parameters
@@ -25,6 +32,7 @@ def decode(model: torch.nn.Module, prompts: torch.Tensor, new_tokens: int, *, te
     model.eval()
     device = next(model.parameters()).device
     out = []
+    batch_size = max(1, min(batch_size, PREFILL_PAIRS // max(1, prompts.shape[1]) ** 2))
     for start in range(0, len(prompts), batch_size):
         idx = prompts[start:start + batch_size].to(device)
         banned = None if ban is None else ban[start:start + batch_size].to(device)
