@@ -61,26 +61,31 @@ NO_USERS = ("self", "verifier")  # these start from the seed set alone, with no 
 # every configuration trains all its steps, however busy the machine: wall time is measured, not capped
 NO_TIME_CAPS = {"RMI_BOOTSTRAP_MAX_SECONDS": "3600", "RMI_TRAIN_MAX_SECONDS": "3600"}
 SOLVED = 0.9
-PROBLEMS = 200  # fresh problems per skill and tier for the highest tier solved
+PROBLEMS = 200  # fresh problems per skill and tier for the highest tier solved (fewer past LONG digits)
+LONG = 100  # past it, PROBLEMS * LONG / tier problems, at least FEWEST_LONG: as many answer digits per tier
+FEWEST_LONG = 50
+WITHIN = 0.02  # past the curated tiers, the highest tier is found to within this share of it
 
 
 def highest_tier_solved(recipe, model, seed: int) -> tuple[dict, dict]:
     """({skill: highest tier with it and every tier below at SOLVED}, {"skill/tier": accuracy}): every curated tier
     measured, past them probed at doubling steps and then by halving (curriculum.first_unsolved), as accuracy falls
-    with length: a champion at 244 digits took over 15 minutes to measure tier by tier."""
+    with length: a champion at 244 digits took over 15 minutes to measure tier by tier. Past LONG digits fewer
+    problems, and the search stops within WITHIN of the tier: at 200 problems a tier and to the digit, measuring a
+    champion at 530 digits took over 20 minutes (probes up to 1,000 digits), longer than its cycle."""
     from rmi_pipeline.ml.curriculum import first_unsolved
 
     rng = random.Random(f"bench-tiers-{seed}")
     accuracy, best = {}, {}
     for skill in recipe.skills:
         def solves(tier: int, skill: str = skill) -> bool:
-            tasks = recipe.sample_tasks(rng, PROBLEMS, [skill], [tier])
-            accuracy[f"{skill}/{tier}"] = round(sum(recipe.correct(model, tasks)) / PROBLEMS, 2)
+            tasks = recipe.sample_tasks(rng, max(FEWEST_LONG, PROBLEMS * min(LONG, tier) // tier), [skill], [tier])
+            accuracy[f"{skill}/{tier}"] = round(sum(recipe.correct(model, tasks)) / len(tasks), 2)
             return accuracy[f"{skill}/{tier}"] >= SOLVED
 
         curated = [solves(tier) for tier in recipe.tiers]
         if all(curated):
-            best[skill] = first_unsolved(solves, recipe.tiers[-1] + 1, recipe.hardest_tier) - 1
+            best[skill] = first_unsolved(solves, recipe.tiers[-1] + 1, recipe.hardest_tier, WITHIN) - 1
         else:
             best[skill] = recipe.tiers[curated.index(False)] - 1
     return best, accuracy

@@ -35,10 +35,11 @@ def measured_at(n: int, tier: int) -> int:
     return max(min(n, FEWEST), problems_at(n, tier))
 
 
-def first_unsolved(solves, first: int, last: int) -> int:
+def first_unsolved(solves, first: int, last: int, within: float = 0.0) -> int:
     """The first tier in first..last where `solves(tier)` is false (last + 1 if none), probed at doubling steps
     and then by halving, as accuracy falls with the tier: a model that solves 80 tiers is asked at about a dozen,
-    not 80, of ever longer problems."""
+    not 80, of ever longer problems. `within` > 0 stops halving once the tiers left between a solved and an
+    unsolved one are at most that share of the solved one's; the result is then the first tier past it."""
     known, step = first - 1, 1  # every tier up to `known` is taken as solved
     while True:
         probe = min(known + step, last)
@@ -47,10 +48,10 @@ def first_unsolved(solves, first: int, last: int) -> int:
         if not solves(probe):
             break
         known, step = probe, step * 2
-    while probe - known > 1:
+    while probe - known > max(1, within * known):
         middle = (known + probe) // 2
         known, probe = (middle, probe) if solves(middle) else (known, middle)
-    return probe
+    return probe if probe - known <= 1 else known + 1
 
 
 def reach(recipe, slices: list[dict]) -> dict[str, int]:
