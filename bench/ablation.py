@@ -150,6 +150,10 @@ def run_config(name: str, first: int, cycles: int, out: Path) -> None:
                 if failed else None,
             })
             print(json.dumps(rows[-1]), flush=True)
+            if all(tier >= recipe.hardest_tier for tier in tiers.values()):
+                print(f"cycle {cycle}: every skill is solved up to the recipe's hardest tier ({recipe.hardest_tier}): "
+                      "nothing is left to climb, so no cycle after it could gain", flush=True)
+                break
         out.write_text(json.dumps(rows, indent=1, default=str))
 
 
@@ -212,6 +216,7 @@ def main() -> None:
     for name, rows in results.items():
         cells = [f"{r['anchor_mean']:.3f} ({_tiers(r['by_skill'])})" if r["anchor_mean"] is not None
                  else f"- ({_tiers(r['by_skill'])})" for r in rows]
+        cells += ["at the ceiling"] * (args.cycles + 1 - len(cells))
         precision = [f"{r['self_label_precision']:.3f}" for r in rows if r["self_label_precision"] is not None]
         wall = sum(r["seconds"] for r in rows if r["cycle"] > 0)
         print(f"| {name}: {CONFIGS[name][0]} | {' | '.join(cells)} | {wall:.0f} | "

@@ -9,7 +9,8 @@ keeps the labels it backs up, working back from them and by the recipe's route (
 user asks anything. Per cycle: the gate's verdict (and why a candidate was turned down), the highest tier the
 champion solves at 0.9 on fresh problems per skill (the curated tiers each, past them probed at doubling steps and
 then by halving), the share of the labels it kept that are right (only the benchmark knows the truth), the labels
-kept, the tiers the eval suite holds, the wall time and the tokens trained.
+kept, the tiers the eval suite holds, the wall time and the tokens trained. A climb stops early once the champion
+solves every skill up to the recipe's hardest tier (arithmetic: 1,000 digits): no later cycle could gain.
 """
 
 import argparse

@@ -335,8 +335,9 @@ def test_the_edge_of_a_long_reliable_range_is_found_in_a_few_probes():
         assert found == edge and len(asked) <= 2 * 10 + 1, (edge, asked)
     # to within 2% (the benchmark's long tiers): never past the edge, never short of it by more, in fewer probes
     for edge in (5, 64, 530, 999):
-        asked = []
+        asked, to_the_digit = [], []
         found = first_unsolved(lambda t, edge=edge, asked=asked: asked.append(t) or t < edge, 1, 1000, within=0.02)
-        exact = first_unsolved(lambda t, edge=edge: t < edge, 1, 1000)
+        exact = first_unsolved(lambda t, edge=edge, asked=to_the_digit: asked.append(t) or t < edge, 1, 1000)
         assert edge - 0.02 * edge - 1 <= found <= edge == exact, (edge, found)
-        assert found == edge or len(asked) < 2 * 10 - 2, (edge, asked)
+        # short edges are found to the digit all the same; long ones with 3-4 fewer of the longest probes
+        assert len(asked) == len(to_the_digit) if edge < 100 else len(asked) <= len(to_the_digit) - 3, (edge, asked)

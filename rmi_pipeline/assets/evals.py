@@ -119,7 +119,7 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
     champion saturates the top ones, a fresh set drawn each cycle, users' corrected hard cases held out by hash),
     then publishes what training may know (evals/manifest.json): item hashes, slice sizes and the canary string,
     never the items."""
-    from ..ml.curriculum import measured_at, problems_at
+    from ..ml.curriculum import horizon_problems
     from ..ml.hygiene import ngram_hashes
     from ..recipes.base import load_recipe
 
@@ -130,8 +130,7 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
                                                           anchor["items"] + grown["items"], grown)
     suite = anchor["items"] + grown["items"]
     tiers = {skill: sorted({int(i["tier"]) for i in suite if i["skill"] == skill}) for skill in recipe.skills}
-    # a horizon slice is sealed whole; the refreshed set draws it afresh, as many problems as measure it (a far
-    # one, which both models fail, as few as curriculum.suite_growth sealed)
+    # a horizon slice is sealed whole; the refreshed set draws it afresh, counted by the rule it was sealed by
     dense = {(i["skill"], int(i["tier"])) for i in suite if not i.get("horizon")}
     horizon = {(s, t) for s, ts in tiers.items() for t in ts if (s, t) not in dense}
     edge = {(i["skill"], int(i["tier"])) for i in suite if i.get("edge")}  # at the champion's reach when sealed
@@ -143,7 +142,7 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
     refreshed = [vars(t) for t in recipe.build_eval_suite(
         rng, settings.refreshed_items_per_slice, {s: [t for t in ts if (s, t) in dense] for s, ts in tiers.items()})]
     refreshed += [vars(t) for s, t in sorted(horizon) for t in recipe.build_eval_suite(
-        rng, (problems_at if (s, t) in far else measured_at)(settings.refreshed_items_per_slice, t),
+        rng, horizon_problems(settings.refreshed_items_per_slice, t, (s, t) in far),
         {k: [t] if k == s else [] for k in recipe.skills})]
     eval_store.write_json(layout.refreshed(stamp), {"version": stamp, "items": refreshed})
 

@@ -35,6 +35,13 @@ def measured_at(n: int, tier: int) -> int:
     return max(min(n, FEWEST), problems_at(n, tier))
 
 
+def horizon_problems(n: int, tier: int, far: bool) -> int:
+    """How many of `n` problems a horizon slice holds, sealed or refreshed: measured_at, but a far one problems_at's
+    few: both models nearly always fail it, and it is the suite's longest slice (with 30 sums of 1,000 digits there,
+    a make run's cycle took 66 s to grow the suite and 54 s to evaluate)."""
+    return (problems_at if far else measured_at)(n, tier)
+
+
 def first_unsolved(solves, first: int, last: int, within: float = 0.0) -> int:
     """The first tier in first..last where `solves(tier)` is false (last + 1 if none), probed at doubling steps
     and then by halving, as accuracy falls with the tier: a model that solves 80 tiers is asked at about a dozen,
@@ -173,9 +180,7 @@ def suite_growth(recipe, correct, items: list[dict], saturation: float, lead: in
         new.extend({**vars(t), "horizon": True} for t in tasks)
         far_tier = min(FAR * tier, recipe.hardest_tier)
         if far_tier > tier:  # a cycle may carry a champion far past `tier` (here: from <25% at 27 digits to 50% at 108)
-            # problems_at's few: both models nearly always fail it, and it is the suite's longest slice (with 30
-            # sums of 1,000 digits there, a make run's cycle took 66 s to grow the suite and 54 s to evaluate)
-            further = recipe.build_eval_suite(rng, problems_at(per_tier, far_tier),
+            further = recipe.build_eval_suite(rng, horizon_problems(per_tier, far_tier, far=True),
                                               {s: [far_tier] if s == skill else [] for s in recipe.skills})
             solves(skill, far_tier, further)
             new.extend({**vars(t), "horizon": True, "far": True} for t in further)
