@@ -243,13 +243,43 @@ class SplitPast8Digits(UpTo12Digits):
 
 def test_past_the_suite_a_tier_whose_first_problems_keep_no_label_is_not_labelled_further():
     from rmi_pipeline.ml.curriculum import FEWEST, measured_at
+    from rmi_pipeline.ml.self_label import LOOKS
 
     recipe = SplitPast8Digits()
     out = self_label(recipe, None, random.Random(0), labelling(problems=200), seed=0, last={"add": 4, "sub": 4})
     assert out.past == {"add": 9} and out.kept["add/9"] == 0  # working back refutes both its answers
-    # the edge's probe, then FEWEST problems to label, not 200
-    assert recipe.sampled[("add", 9)] == measured_at(100, 9) + FEWEST
+    # the edge's probe, stopped after its first third (every problem there split its votes), then FEWEST problems
+    # to label, not 200
+    assert recipe.sampled[("add", 9)] == measured_at(100, 9) // LOOKS + FEWEST
     assert out.kept["add/4"] == out.kept["sub/4"] == 200 and {r["prompt"].count("+") for r in out.rows} == {0, 1}
+
+
+def test_a_long_edge_past_the_suite_is_found_to_within_2_percent_and_probes_past_it_stop_early():
+    """Past the suite, finding the edge was most of a long climb's practice: it is found to within PAST_WITHIN, and
+    a probe stops once the problems it asked show the tier cannot be reliable."""
+    from knowing_recipe import KnowsUpTo
+
+    from rmi_pipeline.ml.curriculum import first_unsolved, measured_at
+    from rmi_pipeline.ml.self_label import LOOKS
+
+    class Knows530(KnowsUpTo):  # reliable up to 530 digits, and sure of nothing past them
+        knows, sampled = 530, {}
+
+        def sample(self, model, prompts, k, temperature, seed):
+            for p in prompts:
+                self.sampled[self.slice_of(p)] = self.sampled.get(self.slice_of(p), 0) + 1
+            return super().sample(model, prompts, k, temperature, seed)
+
+    recipe = Knows530()
+    out = self_label(recipe, None, random.Random(0), labelling(problems=50), seed=0, last={"add": 12, "sub": 12})
+    assert 531 - 0.02 * 530 - 1 <= out.past["add"] <= 531  # never past the edge, never short by more than 2%
+    probed = [name for name in out.agreement if name.startswith("add/") and int(name.split("/")[1]) > 12]
+    to_the_digit: list[int] = []
+    first_unsolved(lambda t: to_the_digit.append(t) or t <= 530, 13, 1000)
+    assert len(probed) <= len(to_the_digit) - 2
+    assert out.agreement["add/1000"] == 0.0  # every vote there disagrees: a third of its problems decided it
+    assert recipe.sampled[("add", 1000)] == measured_at(100, 1000) // LOOKS
+    assert recipe.sampled[("add", 523)] == measured_at(100, 523)  # a reliable tier asks them all
 
 
 def test_arithmetic_checks_work_back_from_an_answer_by_the_inverse_operation():

@@ -18,6 +18,8 @@ must walk it to the label too: past 30 digits a climb's champion repeated its sl
 where a carry arrives, in c - b as in a + b), so the checks kept labels only as right as its greedy answers
 (0.926 and 0.948 at 34 digits, against 0.933 and 0.947); votes, the operands swapped or shifted, and older champions
 kept them too. The route kept 0.995 and 1.000, three labels in four.
+Past the suite the edge is found to within PAST_WITHIN of it, and a probe stops once the problems asked show it
+cannot be reliable (agreement_at): that search was most of a long climb's practice (bench/edge_search.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from dataclasses import dataclass, field
 from ..settings import SelfLabelling
 from .curriculum import FEWEST, first_unsolved, measured_at, problems_at
 from .tasks import slice_name
+
+PAST_WITHIN = 0.02  # past the suite, the edge is found to within this share of it: 700 digits, to 14
+LOOKS = 3  # a probe asks its problems in this many parts, the next only while the tier can still be reliable
 
 
 @dataclass
@@ -51,8 +56,8 @@ def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: 
     last = last or {skill: recipe.hardest_tier for skill in recipe.skills}
     for skill in recipe.skills:
         def reliable(tier: int, skill: str = skill) -> bool:
-            *_, agreed = _answers(recipe, model, rng, skill, tier, measured_at(probe, tier), votes, temperature, seed)
-            out.agreement[slice_name(skill, tier)] = sum(agreed) / len(agreed)
+            out.agreement[slice_name(skill, tier)] = agreement_at(
+                recipe, model, rng, skill, tier, measured_at(probe, tier), options, seed)
             return out.agreement[slice_name(skill, tier)] >= saturation
 
         def label(tier: int, n: int, skill: str = skill) -> list[dict]:
@@ -65,7 +70,7 @@ def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: 
                 continue  # reliable at every tier the recipe has: nothing past it to label
             edge = max(recipe.tiers[0], last[skill] - tiers + 1)
             if options.past_suite:
-                past = first_unsolved(reliable, last[skill] + 1, recipe.hardest_tier)
+                past = first_unsolved(reliable, last[skill] + 1, recipe.hardest_tier, within=PAST_WITHIN)
                 if past <= recipe.hardest_tier:
                     out.past[skill] = past
         out.tiers[skill] = edge
@@ -81,6 +86,21 @@ def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: 
             out.kept[slice_name(skill, tier)] = len(labels)
             out.rows += labels
     return out
+
+
+def agreement_at(recipe, model, rng: random.Random, skill: str, tier: int, n: int, options: SelfLabelling,
+                 seed: int, looks: int = LOOKS) -> float:
+    """The share of `n` fresh problems of a tier whose votes all agree with the greedy answer, of those asked: a
+    `looks`-th of them at a time, while the tier can still reach `options.saturation`. Far past its edge a model
+    disagrees with itself on most problems, and a probe there is decided at a third of its cost."""
+    agreed: list[bool] = []
+    for look in range(looks):
+        if not (size := n * (look + 1) // looks - len(agreed)):
+            continue
+        agreed += _answers(recipe, model, rng, skill, tier, size, options.votes, options.temperature, seed)[-1]
+        if (sum(agreed) + n - len(agreed)) / n < options.saturation:
+            break
+    return sum(agreed) / len(agreed)
 
 
 def _answers(recipe, model, rng, skill, tier, n, votes, temperature, seed):
