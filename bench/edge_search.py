@@ -62,8 +62,8 @@ def main() -> None:
 
     import torch
 
-    from rmi_pipeline.ml.curriculum import reach
-    from rmi_pipeline.ml.self_label import LOOKS, PAST_WITHIN
+    from rmi_pipeline.ml.curriculum import LOOKS, reach
+    from rmi_pipeline.ml.self_label import PAST_WITHIN
     from rmi_pipeline.recipes.base import load_recipe
     from rmi_pipeline.resources import build_resources, layout
     from rmi_pipeline.settings import Settings

@@ -242,8 +242,7 @@ class SplitPast8Digits(UpTo12Digits):
 
 
 def test_past_the_suite_a_tier_whose_first_problems_keep_no_label_is_not_labelled_further():
-    from rmi_pipeline.ml.curriculum import FEWEST, measured_at
-    from rmi_pipeline.ml.self_label import LOOKS
+    from rmi_pipeline.ml.curriculum import FEWEST, LOOKS, measured_at
 
     recipe = SplitPast8Digits()
     out = self_label(recipe, None, random.Random(0), labelling(problems=200), seed=0, last={"add": 4, "sub": 4})
@@ -259,8 +258,7 @@ def test_a_long_edge_past_the_suite_is_found_to_within_2_percent_and_probes_past
     a probe stops once the problems it asked show the tier cannot be reliable."""
     from knowing_recipe import KnowsUpTo
 
-    from rmi_pipeline.ml.curriculum import first_unsolved, measured_at
-    from rmi_pipeline.ml.self_label import LOOKS
+    from rmi_pipeline.ml.curriculum import LOOKS, first_unsolved, measured_at
 
     class Knows530(KnowsUpTo):  # reliable up to 530 digits, and sure of nothing past them
         knows, sampled = 530, {}
@@ -354,6 +352,22 @@ def test_practice_goes_no_further_than_the_eval_suite_reaches():
                for source in ("practice", "rl", "self_label")}
     assert made_at == {"practice": {("add", 15)}, "rl": {("add", 15)},
                        "self_label": {("add", 13), ("sub", 12), ("sub", 13)}}  # nothing at add/16
+
+
+def test_a_probe_far_from_its_threshold_is_decided_by_its_first_third_and_always_as_by_all_of_it():
+    from rmi_pipeline.ml.curriculum import share_right
+
+    def probe(items: list[bool], at: float) -> tuple[float, int]:
+        asked: list[bool] = []
+        return share_right(lambda part: asked.extend(part) or part, items, at), len(asked)
+
+    assert probe([True] * 30, 0.25) == (1.0, 10)  # the suite's horizon: a tier the model still solves
+    assert probe([False] * 30, 0.9) == (0.0, 10)  # the edge search: a tier far past the edge
+    assert probe([True] * 26 + [False] * 4, 0.9)[1] == 30  # near the edge it takes all of them
+    rng = random.Random(0)
+    for _ in range(500):
+        items, at = [rng.random() < rng.random() for _ in range(rng.randint(1, 40))], rng.choice([0.25, 0.5, 0.9])
+        assert (probe(items, at)[0] >= at) == (sum(items) / len(items) >= at), (items, at)
 
 
 def test_the_edge_of_a_long_reliable_range_is_found_in_a_few_probes():

@@ -28,11 +28,10 @@ import random
 from dataclasses import dataclass, field
 
 from ..settings import SelfLabelling
-from .curriculum import FEWEST, first_unsolved, measured_at, problems_at
+from .curriculum import FEWEST, LOOKS, first_unsolved, measured_at, problems_at, share_right
 from .tasks import slice_name
 
 PAST_WITHIN = 0.02  # past the suite, the edge is found to within this share of it: 700 digits, to 14
-LOOKS = 3  # a probe asks its problems in this many parts, the next only while the tier can still be reliable
 
 
 @dataclass
@@ -90,27 +89,26 @@ def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: 
 
 def agreement_at(recipe, model, rng: random.Random, skill: str, tier: int, n: int, options: SelfLabelling,
                  seed: int, looks: int = LOOKS) -> float:
-    """The share of `n` fresh problems of a tier whose votes all agree with the greedy answer, of those asked: a
-    `looks`-th of them at a time, while the tier can still reach `options.saturation`. Far past its edge a model
-    disagrees with itself on most problems, and a probe there is decided at a third of its cost."""
-    agreed: list[bool] = []
-    for look in range(looks):
-        if not (size := n * (look + 1) // looks - len(agreed)):
-            continue
-        agreed += _answers(recipe, model, rng, skill, tier, size, options.votes, options.temperature, seed)[-1]
-        if (sum(agreed) + n - len(agreed)) / n < options.saturation:
-            break
-    return sum(agreed) / len(agreed)
+    """The share of `n` fresh problems of a tier whose votes all agree with the greedy answer, of those asked
+    (curriculum.share_right): far past its edge a model disagrees with itself on most of the first third."""
+    prompts = [t.prompt for t in recipe.sample_tasks(rng, n, [skill], [tier])]
+    return share_right(lambda part: _votes(recipe, model, part, options.votes, options.temperature, seed + tier)[-1],
+                       prompts, options.saturation, looks)
 
 
 def _answers(recipe, model, rng, skill, tier, n, votes, temperature, seed):
     """n fresh problems of a tier (their true answers unused), the greedy answers, the votes, and whether all agree."""
     prompts = [t.prompt for t in recipe.sample_tasks(rng, n, [skill], [tier])]
+    return prompts, *_votes(recipe, model, prompts, votes, temperature, seed + tier)
+
+
+def _votes(recipe, model, prompts, votes, temperature, seed):
+    """The greedy answers, the votes, and whether all agree (and are plausible)."""
     greedy = recipe.answer(model, prompts)
-    samples = recipe.sample(model, prompts, votes, temperature, seed + tier)
+    samples = recipe.sample(model, prompts, votes, temperature, seed)
     agreed = [all(s == g for s in group) and recipe.plausible(p, g)
               for p, g, group in zip(prompts, greedy, samples, strict=True)]
-    return prompts, greedy, samples, agreed
+    return greedy, samples, agreed
 
 
 def _backed_up(recipe, model, prompts, greedy, samples, agreed) -> list[dict]:
