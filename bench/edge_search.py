@@ -82,7 +82,7 @@ def main() -> None:
     for skill in (args.skills.split(",") if args.skills else recipe.skills):
         base = search(recipe, model, skill, above[skill], options, looks=1, within=0.0)
         now = search(recipe, model, skill, above[skill], options, looks=LOOKS, within=PAST_WITHIN)
-        for way, r in (("to the digit, whole probes", base), (f"within {PAST_WITHIN:.0%}, in {LOOKS} looks", now)):
+        for way, r in (("to the digit, whole probes", base), (f"within {PAST_WITHIN:.0%}, in {LOOKS} parts", now)):
             print(f"| {skill} | {way} | {r['edge']} | {' '.join(r['probed'])} | {r['asked']:,} | {r['seconds']:.0f} "
                   f"| {r['seconds'] / base['seconds']:.2f} |", flush=True)
 

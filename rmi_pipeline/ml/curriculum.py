@@ -46,7 +46,7 @@ def horizon_problems(n: int, tier: int, far: bool) -> int:
 def share_right(judge, items: list, at: float, looks: int = LOOKS) -> float:
     """The share of `items` that `judge(part)` (a boolean each) passes, of those asked: a `looks`-th of them at a
     time, until the share over all of them is sure to reach `at` or sure not to. Far from an edge a probe is
-    decided by its first third (a climb's edge search took 0.63 of its time, bench/edge_search.py)."""
+    decided by its first third (a climb's edge search took 0.71 of its time, bench/edge_search.py)."""
     right = asked = 0
     for look in range(looks):
         part = items[asked:len(items) * (look + 1) // looks]
@@ -109,7 +109,8 @@ def horizon(recipe, correct, skill: str, above: int, rng: random.Random, per_tie
     """(tier, its problems): the first tier past `above` where the model answers fewer than `at` of fresh
     problems, found at doubling steps and then by halving (scores go into `scores`), or None up to `last` (the
     recipe's hardest). measured_at of `per_tier` are drawn at each tier probed: the gate counts the slice. A probe
-    is scored in parts (share_right): the tier found under `at` has every problem scored unless `at` is high."""
+    is scored in parts (share_right); under a quarter, the `at` of the slices sealed here, a tier is only found
+    with every problem scored (edge_slice searches at saturation, and seals fresh problems)."""
     drawn = {}
 
     def holds(tier: int) -> bool:
