@@ -1,7 +1,7 @@
 """The cost of finding a champion's edge past the eval suite: to the digit, every probe whole (the baseline), against
 within PAST_WITHIN, each probe asked in LOOKS parts (the loop's way), same run, same champion.
 
-    python bench/edge_search.py --home DIR [--version N] [--skills add,sub] [--above add=34,sub=30]
+    python bench/edge_search.py --home DIR [--version N] [--skills add,sub] [--above add=34,sub=30] [--repeats 3]
 
 Self-labelling finds the first tier past the suite's top where the champion stops agreeing with itself
 (ml/self_label.py), probing 30 problems of ever longer tiers, each answered greedily and by its votes. In a climb's
@@ -32,15 +32,15 @@ class Counting:
         return self.recipe.answer(model, prompts)
 
 
-def search(recipe, model, skill: str, above: int, options, looks: int, within: float) -> dict:
+def search(recipe, model, skill: str, above: int, options, looks: int, within: float, repeat: int) -> dict:
     """The edge past `above` one way: the tier found, the tiers probed, the problems asked and the seconds."""
     from rmi_pipeline.ml.curriculum import first_unsolved, measured_at
     from rmi_pipeline.ml.self_label import agreement_at
 
-    counting, rng, probed = Counting(recipe), random.Random(f"edge-{skill}"), []
+    counting, rng, probed = Counting(recipe), random.Random(f"edge-{skill}-{repeat}"), []
 
     def reliable(tier: int) -> bool:
-        share = agreement_at(counting, model, rng, skill, tier, measured_at(100, tier), options, 0, looks=looks)
+        share = agreement_at(counting, model, rng, skill, tier, measured_at(100, tier), options, repeat, looks=looks)
         probed.append(f"{tier}{'' if share >= options.saturation else 'x'}")
         return share >= options.saturation
 
@@ -55,6 +55,8 @@ def main() -> None:
     parser.add_argument("--version", help="the model version (default: the champion)")
     parser.add_argument("--skills", help="comma-separated (default: every skill of the recipe)")
     parser.add_argument("--above", default="", help="skill=tier,...: where the suite's top stood")
+    parser.add_argument("--repeats", type=int, default=3, help="searches each way, each with its own problems and "
+                        "votes: near the edge a tier is a coin flip that can send the two ways apart")
     args = parser.parse_args()
     if not os.path.isdir(args.home):
         sys.exit(f"no loop home at {args.home}: keep one with bench/climb.py --keep")
@@ -77,14 +79,20 @@ def main() -> None:
     above |= {skill: int(tier) for skill, tier in (kv.split("=") for kv in args.above.split(",") if kv)}
     options = settings.self_labelling
     print(f"model v{version} of {args.home}; searching past {above}; {options.votes} votes a problem")
-    print("| skill | way | edge | tiers probed (x: not reliable) | problems asked | s | time ratio |")
-    print("|---|---|---|---|---|---|---|")
+    print("| skill | repeat | way | edge | tiers probed (x: not reliable) | problems asked | s | time ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    seconds, ways = {"base": 0.0, "now": 0.0}, {"base": "to the digit, whole probes",
+                                                "now": f"within {PAST_WITHIN:.0%}, in {LOOKS} parts"}
     for skill in (args.skills.split(",") if args.skills else recipe.skills):
-        base = search(recipe, model, skill, above[skill], options, looks=1, within=0.0)
-        now = search(recipe, model, skill, above[skill], options, looks=LOOKS, within=PAST_WITHIN)
-        for way, r in (("to the digit, whole probes", base), (f"within {PAST_WITHIN:.0%}, in {LOOKS} parts", now)):
-            print(f"| {skill} | {way} | {r['edge']} | {' '.join(r['probed'])} | {r['asked']:,} | {r['seconds']:.0f} "
-                  f"| {r['seconds'] / base['seconds']:.2f} |", flush=True)
+        for repeat in range(args.repeats):
+            base = search(recipe, model, skill, above[skill], options, 1, 0.0, repeat)
+            now = search(recipe, model, skill, above[skill], options, LOOKS, PAST_WITHIN, repeat)
+            for way, r in (("base", base), ("now", now)):
+                seconds[way] += r["seconds"]
+                print(f"| {skill} | {repeat} | {ways[way]} | {r['edge']} | {' '.join(r['probed'])} | {r['asked']:,} "
+                      f"| {r['seconds']:.0f} | {r['seconds'] / base['seconds']:.2f} |", flush=True)
+    print(f"all searches: {seconds['base']:.0f} s to the digit, {seconds['now']:.0f} s now, "
+          f"ratio {seconds['now'] / seconds['base']:.2f}")
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ def horizon_problems(n: int, tier: int, far: bool) -> int:
 def share_right(judge, items: list, at: float, looks: int = LOOKS) -> float:
     """The share of `items` that `judge(part)` (a boolean each) passes, of those asked: a `looks`-th of them at a
     time, until the share over all of them is sure to reach `at` or sure not to. Far from an edge a probe is
-    decided by its first third (a climb's edge search took 0.71 of its time, bench/edge_search.py)."""
+    decided by its first third (a climb's edge search took 0.59 of its time, bench/edge_search.py)."""
     right = asked = 0
     for look in range(looks):
         part = items[asked:len(items) * (look + 1) // looks]
