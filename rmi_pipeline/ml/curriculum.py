@@ -108,9 +108,9 @@ def horizon(recipe, correct, skill: str, above: int, rng: random.Random, per_tie
             scores: dict, at: float = HORIZON, last: int | None = None) -> tuple[int, list] | None:
     """(tier, its problems): the first tier past `above` where the model answers fewer than `at` of fresh
     problems, found at doubling steps and then by halving (scores go into `scores`), or None up to `last` (the
-    recipe's hardest). measured_at of `per_tier` are drawn at each tier probed: the gate counts the slice. A probe
-    is scored in parts (share_right); under a quarter, the `at` of the slices sealed here, a tier is only found
-    with every problem scored (edge_slice searches at saturation, and seals fresh problems)."""
+    recipe's hardest). measured_at of `per_tier` are drawn at each tier probed: the gate counts the slice. Probes
+    are scored in parts (share_right); at HORIZON a tier is only found failing once all its problems are scored, so
+    the slice sealed from it is whole (edge_slice searches at saturation, and seals fresh problems)."""
     drawn = {}
 
     def holds(tier: int) -> bool:
