@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
+HF_STAMP := $(VENV)/.installed-hf
 export RMI_HOME ?= $(CURDIR)/.rmi
 # torch's waiting threads sleep instead of spinning, so shared cores stay usable
 export OMP_WAIT_POLICY ?= PASSIVE
@@ -12,10 +13,11 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # a process here against 7.5-7.9 s from bytecode, and the tests and the loop start many processes
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: run run-hf test ui serve bench lint lock clean
+.PHONY: run run-hf test ui serve bench lint lock clean docs docs-serve
 
-# what running needs (make run, ui, serve); the tests' tools and the production profile come with make test, in
-# one install (a second pass over the installed packages costs 15 s)
+# what running needs (make run, ui, serve: the gateway's extra; make run-hf: the Hugging Face one too); every extra,
+# the tests' tools and the production profile come with make test, in one install (a second pass over the installed
+# packages costs 15 s)
 # no bytecode compiled ahead (as uv does): Python writes it for the modules it imports, about 1 in 4 (saves about
 # 450 MB and a minute of install)
 define install
@@ -26,23 +28,27 @@ define install
 endef
 
 $(STAMP): pyproject.toml constraints.txt
-	$(call install,.)
+	$(call install,.[serve])
 	touch $(STAMP)
+
+$(HF_STAMP): pyproject.toml constraints.txt
+	$(call install,.[serve,hf])
+	touch $(STAMP) $(HF_STAMP)
 
 $(DEV_STAMP): pyproject.toml constraints.txt
 	$(call install,.[dev])
-	touch $(STAMP) $(DEV_STAMP)
+	touch $(STAMP) $(HF_STAMP) $(DEV_STAMP)
 
 run: $(STAMP)  ## the whole loop on embedded defaults, from an empty RMI_HOME
 	$(BIN)/rmi run --fresh
 
-# the text recipe: word-list tasks on a small Hugging Face Llama built here (README: Bring your Hugging Face model)
-# (the champion's own sources off: its README figures were measured without them; hints did not help it)
+# the text recipe: word-list tasks on a small Hugging Face Llama built here (docs/how-to/your-model.md)
+# (the champion's own sources off: its figures in docs/log.md were measured without them; hints did not help it)
 HF_ENV := RMI_RECIPE=rmi_pipeline.recipes.words:WordsRecipe RMI_MODEL_NAME=rmi-words RMI_HOME=$(CURDIR)/.rmi-words \
-	RMI_BOOTSTRAP_STEPS=1200 RMI_TRAIN_STEPS=600 \
+	RMI_TRAIN_BOOTSTRAP_STEPS=1200 RMI_TRAIN_STEPS=600 \
 	RMI_MIX='{"practice": 0, "rl": 0, "hint_distill": 0, "self_label": 0}'
 
-run-hf: $(STAMP)  ## the whole loop on the text recipe, 3 cycles, in .rmi-words
+run-hf: $(HF_STAMP)  ## the whole loop on the text recipe, 3 cycles, in .rmi-words
 	$(HF_ENV) $(BIN)/rmi run --fresh --cycles 3
 
 test: $(DEV_STAMP)  ## the test suite (about 11 minutes on 2 cores, install included)
@@ -64,6 +70,13 @@ serve: $(STAMP)  ## the champion over HTTP on http://127.0.0.1:8000 (chat page a
 
 bench: $(STAMP)  ## seconds per stage of one cycle, and the share spent on orchestration
 	$(BIN)/python bench/cycle_breakdown.py
+
+docs: $(DEV_STAMP)  ## the docs site in site/: the reference pages written from the code, then a strict build
+	$(BIN)/python docs/generate.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+docs-serve: $(DEV_STAMP)  ## the docs site on http://127.0.0.1:8001, rebuilt on every edit
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8001
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check rmi_pipeline tests bench

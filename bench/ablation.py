@@ -59,7 +59,7 @@ CONFIG_ENV = {"a_long": {"RMI_TRAIN_STEPS": "4000"}, "a_equal": {"RMI_TRAIN_STEP
               "d_long": {"RMI_TRAIN_STEPS": "3500"}, "self": ALONE, "verifier": ALONE}
 NO_USERS = ("self", "verifier")  # these start from the seed set alone, with no world asking anything
 # every configuration trains all its steps, however busy the machine: wall time is measured, not capped
-NO_TIME_CAPS = {"RMI_BOOTSTRAP_MAX_SECONDS": "3600", "RMI_TRAIN_MAX_SECONDS": "3600"}
+NO_TIME_CAPS = {"RMI_TRAIN_BOOTSTRAP_MAX_SECONDS": "3600", "RMI_TRAIN_MAX_SECONDS": "3600"}
 SOLVED = 0.9
 PROBLEMS = 200  # fresh problems per skill and tier for the highest tier solved (fewer past LONG digits)
 LONG = 100  # past it, PROBLEMS * LONG / tier problems, at least FEWEST_LONG: as many answer digits per tier

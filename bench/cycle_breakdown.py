@@ -108,7 +108,7 @@ def main() -> None:
                            capture_output=True, text=True, check=True)
     print(f"process start-up, definitions in a fresh process (paid per run under the daemon): "
           f"{float(probe.stdout):.2f} s")
-    from rmi_pipeline.training_worker import stop_training_workers
+    from rmi_pipeline.training.worker import stop_training_workers
 
     stop_training_workers(home)  # the warm training worker the cycle used: nothing left running
 

@@ -64,8 +64,8 @@ def grow(home: Path, n: int) -> None:
     recipe = ArithmeticRecipe()
     suite = recipe.build_eval_suite(random.Random(0), 100)
     resources["storage"].write_json(layout.EVAL_MANIFEST, {
-        "version": "bench", "canary": "rmi-canary-bench", "mined_share": 0.5, "ngram_n": 13, "ngram_hashes": [],
-        "hashes": sorted({recipe.prompt_hash(t.prompt) for t in suite})})
+        "version": "bench", "leak_marker": "rmi-leak-marker-bench", "mined_share": 0.5, "ngram_n": 13,
+        "ngram_hashes": [], "hashes": sorted({recipe.prompt_hash(t.prompt) for t in suite})})
 
 
 def one(home: Path, recipe: str) -> dict:

@@ -32,7 +32,7 @@ class Counting:
         return self.recipe.answer(model, prompts)
 
 
-def search(recipe, model, skill: str, above: int, options, looks: int, within: float, repeat: int) -> dict:
+def search(recipe, model, skill: str, above: int, settings, looks: int, within: float, repeat: int) -> dict:
     """The edge past `above` one way: the tier found, the tiers probed, the problems asked and the seconds."""
     from rmi_pipeline.ml.curriculum import first_unsolved, measured_at
     from rmi_pipeline.ml.self_label import agreement_at
@@ -40,9 +40,11 @@ def search(recipe, model, skill: str, above: int, options, looks: int, within: f
     counting, rng, probed = Counting(recipe), random.Random(f"edge-{skill}-{repeat}"), []
 
     def reliable(tier: int) -> bool:
-        share = agreement_at(counting, model, rng, skill, tier, measured_at(100, tier), options, repeat, looks=looks)
-        probed.append(f"{tier}{'' if share >= options.saturation else 'x'}")
-        return share >= options.saturation
+        share = agreement_at(counting, model, rng, skill, tier, measured_at(100, tier), repeat,
+                             votes=settings.self_labelling.votes, temperature=settings.sampling.temperature,
+                             saturation=settings.saturation, looks=looks)
+        probed.append(f"{tier}{'' if share >= settings.saturation else 'x'}")
+        return share >= settings.saturation
 
     started = time.perf_counter()
     edge = first_unsolved(reliable, above + 1, recipe.hardest_tier, within=within)
@@ -77,16 +79,15 @@ def main() -> None:
     model = resources["registry"].load(version, recipe)
     above = reach(recipe, resources["storage"].read_json(layout.EVAL_MANIFEST)["slices"])
     above |= {skill: int(tier) for skill, tier in (kv.split("=") for kv in args.above.split(",") if kv)}
-    options = settings.self_labelling
-    print(f"model v{version} of {args.home}; searching past {above}; {options.votes} votes a problem")
+    print(f"model v{version} of {args.home}; searching past {above}; {settings.self_labelling.votes} votes a problem")
     print("| skill | repeat | way | edge | tiers probed (x: not reliable) | problems asked | s | time ratio |")
     print("|---|---|---|---|---|---|---|---|")
     seconds, ways = {"base": 0.0, "now": 0.0}, {"base": "to the digit, whole probes",
                                                 "now": f"within {PAST_WITHIN:.0%}, in {LOOKS} parts"}
     for skill in (args.skills.split(",") if args.skills else recipe.skills):
         for repeat in range(args.repeats):
-            base = search(recipe, model, skill, above[skill], options, 1, 0.0, repeat)
-            now = search(recipe, model, skill, above[skill], options, LOOKS, PAST_WITHIN, repeat)
+            base = search(recipe, model, skill, above[skill], settings, 1, 0.0, repeat)
+            now = search(recipe, model, skill, above[skill], settings, LOOKS, PAST_WITHIN, repeat)
             for way, r in (("base", base), ("now", now)):
                 seconds[way] += r["seconds"]
                 print(f"| {skill} | {repeat} | {ways[way]} | {r['edge']} | {' '.join(r['probed'])} | {r['asked']:,} "

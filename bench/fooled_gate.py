@@ -46,7 +46,7 @@ def main() -> None:
                    env={**env, "RMI_PROMOTION": "offline"})
     print(f"  warm-up done in {time.time() - t0:.0f} s", flush=True)
 
-    from rmi_pipeline.assets.canary import STARTED_AT
+    from rmi_pipeline.assets.promotion import STARTED_AT
     from rmi_pipeline.cli.home import prepare_home
     from rmi_pipeline.resources import build_resources, layout
     from rmi_pipeline.resources.registry import CANARY, CHAMPION

@@ -20,7 +20,6 @@ below zero), and the share of challengers whose first slice truly fell by 0.10, 
 import argparse
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rmi_pipeline.ml.gate import Paired, decide  # noqa: E402
-from rmi_pipeline.settings import Settings  # noqa: E402
+from rmi_pipeline.settings import Gate  # noqa: E402
 
 SLICES = [f"{skill}/{tier}" for skill in ("add", "sub") for tier in range(2, 9)]
 
@@ -84,13 +83,13 @@ def main() -> None:
     parser.add_argument("--equal-only", action="store_true", help="only the false promotions")
     parser.add_argument("--grown-trials", type=int, default=200, help="trials per cell of the slice guard's table")
     args = parser.parse_args()
-    base = Settings.model_construct().gate
+    base = Gate.model_construct()
     print(f"{args.trials} trials each (draws of seed {args.seed}); {base.resamples} resamples")
     print("| method | confidence | nominal false promotion | equal promoted | normal test, same trials "
           "| 5 points worse rejected | s/decision |")
     print("|---|---|---|---|---|---|---|")
     for confidence in map(float, args.confidences.split(",")):
-        gate = replace(base, confidence=confidence)
+        gate = base.model_copy(update={"confidence": confidence})
         for method in ("percentile", "BCa"):
             equal, seconds = promoted_share(0.0, args.trials, gate, method, args.seed)
             rejected = "-" if args.equal_only else \
@@ -98,7 +97,7 @@ def main() -> None:
             normal = normal_share(args.trials, confidence, args.seed)
             print(f"| {method} | {confidence:.2f} | {(1 - confidence) / 2:.1%} | {equal:.2%} | {normal:.2%} "
                   f"| {rejected} | {seconds:.3f} |", flush=True)
-    guard = replace(base, resamples=200)  # the guard's rules do not rest on the resamples
+    guard = base.model_copy(update={"resamples": 200})  # the guard's rules do not rest on the resamples
     print(f"\nslice guard, {args.grown_trials} trials each: gate's rule / per-slice rule")
     print("| slices | equal challenger flagged | fell 0.10 caught | fell 0.15 caught | fell 0.20 caught |")
     print("|---|---|---|---|---|")

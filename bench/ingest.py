@@ -151,8 +151,8 @@ def part1(pipe: Pipeline, n: int, reps: int, folder: Path) -> None:
         raw_mem = median_of(reps, lambda p=path: raw_copy(p, ":memory:"))
         raw_file = median_of(reps, lambda p=path: raw_copy(p, str(folder / "raw.duckdb")))
         parse = median_of(reps, lambda nm=name, p=path: _timed(
-            lambda: parse_batch(nm, p.read_bytes(), nm, pipe.settings.max_text_chars)))
-        parsed = parse_batch(name, data, name, pipe.settings.max_text_chars)
+            lambda: parse_batch(nm, p.read_bytes(), nm, pipe.settings.feedback.max_text_chars)))
+        parsed = parse_batch(name, data, name, pipe.settings.feedback.max_text_chars)
         slices = median_of(reps, lambda f=parsed.frame: _timed(add_slices, f, pipe.settings.recipe))
         runs = []
         for rep in range(reps):
@@ -176,7 +176,7 @@ def jsonl_routes(pipe: Pipeline, n: int, reps: int, folder: Path) -> None:
     small = folder / "reference"
     small.mkdir(exist_ok=True)
     data = write_batches(synth(n, seed=2), small)["batch.jsonl"]
-    path, chars = small / "batch.jsonl", pipe.settings.max_text_chars
+    path, chars = small / "batch.jsonl", pipe.settings.feedback.max_text_chars
     raw = median_of(reps, lambda: raw_copy(path, ":memory:"))
     bulk = median_of(reps, lambda: _timed(lambda: parse_batch("b.jsonl", path.read_bytes(), "b", chars)))
     by_row = median_of(reps, lambda: _timed(lambda: parse_batch("b.jsonl", path.read_bytes(), "b", chars,

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 # a first model in seconds; the floor at 0 so that it always serves (the bench asks whether the loop goes on)
-SMALL = {"RMI_BOOTSTRAP_STEPS": "300", "RMI_EVAL_ITEMS_PER_SLICE": "20", "RMI_REFRESHED_ITEMS_PER_SLICE": "20",
+SMALL = {"RMI_TRAIN_BOOTSTRAP_STEPS": "300", "RMI_EVAL_ITEMS_PER_SLICE": "20",
+         "RMI_EVAL_REFRESHED_ITEMS_PER_SLICE": "20",
          "RMI_GATE_RESAMPLES": "200", "RMI_GATE_FIRST_FLOOR": "0", "MLFLOW_DISABLE_TELEMETRY": "true",
          "OMP_WAIT_POLICY": "PASSIVE"}
 RMI = [sys.executable, "-m", "rmi_pipeline.cli.main"]
@@ -160,7 +161,7 @@ def main() -> None:
     parser.add_argument("--stages", default="ingest,training,promotion")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="rmi-kills-"))
-    env = {**os.environ, **SMALL, "RMI_HOME": str(home / "home"), "RMI_INGEST_BACKOFF_SECONDS": "0"}
+    env = {**os.environ, **SMALL, "RMI_HOME": str(home / "home"), "RMI_FEEDBACK_INGEST_BACKOFF_SECONDS": "0"}
     stages = args.stages.split(",")
     for stage in stages:
         started = time.perf_counter()

@@ -34,7 +34,7 @@ def main() -> None:
     from rmi_pipeline.recipes.base import load_recipe
     from rmi_pipeline.resources import build_resources, layout
     from rmi_pipeline.settings import Settings
-    from rmi_pipeline.train_candidate import train
+    from rmi_pipeline.training.program import train
 
     torch.set_num_threads(1)
     settings = Settings()
@@ -53,12 +53,12 @@ def main() -> None:
                 out = Path(tmp) / f"{seed}-{clip}.pt"
                 started = time.perf_counter()
                 train({"recipe": settings.recipe, "dataset_uri": storage.uri(layout.dataset_rows(dataset)),
-                       "mix_weights": manifest.get("weights"), "checkpoint_uri": out.as_uri(),
+                       "mix_weights": manifest["weights"], "checkpoint_uri": out.as_uri(),
                        "warm_start_uri": storage.uri(layout.champion_checkpoint(champion)),
-                       "model_size": settings.model_size, "steps": int(params["steps"]), "max_seconds": 1e9,
+                       "model_size": settings.training.model_size, "steps": int(params["steps"]), "max_seconds": 1e9,
                        "seed": int(seed), "batch_size": int(params["batch_size"]),
                        "learning_rate": float(params["learning_rate"]), "focus": [], "focus_weight": 1.0,
-                       "hint_distillation": settings.hint_distillation,
+                       "hint_distillation": settings.practice.hint_distillation,
                        "trainer": {"accelerator": "cpu", "precision": "32-true", "gradient_clip": float(clip)}})
                 print(f"trained seed {seed} clip {clip} in {time.perf_counter() - started:.0f} s", flush=True)
                 models[f"seed {seed}, clip {clip}"] = recipe.load_checkpoint(out.read_bytes())

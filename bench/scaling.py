@@ -76,7 +76,7 @@ def _rss_kb(pid: int) -> int:
 
 def one_volume(n: int, train_steps: int, home: Path) -> dict:
     """The child process: a home with a first model, n events ingested, one improvement cycle timed."""
-    os.environ.update({"RMI_HOME": str(home), "RMI_BOOTSTRAP_STEPS": "50", "RMI_GATE_FIRST_FLOOR": "0",
+    os.environ.update({"RMI_HOME": str(home), "RMI_TRAIN_BOOTSTRAP_STEPS": "50", "RMI_GATE_FIRST_FLOOR": "0",
                        "RMI_PROMOTION": "offline",
                        "RMI_TRAIN_STEPS": str(train_steps), "MLFLOW_DISABLE_TELEMETRY": "true"})
     from dagster import DagsterInstance

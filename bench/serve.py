@@ -59,8 +59,8 @@ def main() -> None:
     rng = random.Random(0)
     prompts = [t.prompt for t in recipe.sample_tasks(rng, args.requests, list(recipe.skills), list(recipe.tiers))]
 
-    torch.set_num_threads(settings.serve_threads)  # as many as the gateway's forward pass gets
-    model, batch = registry.load("1", recipe), settings.serve_max_batch
+    torch.set_num_threads(settings.serving.threads)  # as many as the gateway's forward pass gets
+    model, batch = registry.load("1", recipe), settings.serving.max_batch
     recipe.answer(model, prompts[:batch])  # warm
     t = time.perf_counter()
     for start in range(0, len(prompts), batch):

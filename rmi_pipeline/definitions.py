@@ -16,10 +16,10 @@ def build_definitions(settings: Settings) -> Definitions:
     return Definitions(
         assets=catalogued(ALL, settings),
         jobs=[ingest_feedback, improvement_cycle, health_check, canary_trial],
-        sensors=[*(every(s, settings.sensor_interval_seconds) for s in (
+        sensors=[*(every(s, settings.automation.sensor_interval_seconds) for s in (
             new_feedback_sensor, enough_feedback_sensor, regression_sensor, canary_sensor, health_after_ingest,
             health_after_cycle, run_failure_alert)), alert_outbox, dead_run_sensor],  # those two: every minute
-        schedules=[health_schedule(settings.health_cron)],
+        schedules=[health_schedule(settings.health.cron)],
         resources=build_resources(settings),
         executor=in_process_executor,  # one process per run: a step in its own process costs ~3 s of start-up
     )
@@ -41,7 +41,7 @@ USER_TEXT = {"feedback_batch", "feedback_events", "training_dataset"}  # hold wh
 
 def catalogued(assets: list, settings: Settings) -> list:
     """The assets as the catalog shows them: owners, a tag on those that hold users' text, and a link to the code
-    that makes each (to RMI_CODE_URL at RMI_CODE_BRANCH, or the file on this machine)."""
+    that makes each (to RMI_UI_CODE_URL at RMI_UI_CODE_BRANCH, or the file on this machine)."""
     import warnings
     from pathlib import Path
 
@@ -53,16 +53,16 @@ def catalogued(assets: list, settings: Settings) -> list:
         with_source_code_references,
     )
 
-    owners = [o.strip() for o in settings.asset_owners.split(",") if o.strip()]
+    owners = [o.strip() for o in settings.ui.asset_owners.split(",") if o.strip()]
     assets = map_asset_specs(lambda spec: spec.replace_attributes(
         owners=owners, tags={**spec.tags, **({"rmi/user-text": ""} if spec.key.to_user_string() in USER_TEXT else {})},
     ), assets)
     with warnings.catch_warnings():  # code references are a beta API of Dagster's: its warning says nothing to users
         warnings.simplefilter("ignore", BetaWarning)
         assets = with_source_code_references(assets)
-        if settings.code_url is None:
+        if settings.ui.code_url is None:
             return assets
-        return link_code_references_to_git(assets, git_url=settings.code_url, git_branch=settings.code_branch,
+        return link_code_references_to_git(assets, git_url=settings.ui.code_url, git_branch=settings.ui.code_branch,
                                            file_path_mapping=AnchorBasedFilePathMapping(
                                                local_file_anchor=Path(__file__),
                                                file_anchor_path_in_repository="rmi_pipeline/definitions.py"))

@@ -13,14 +13,14 @@ FAST = {
     "RMI_TRAIN_STEPS": "1000",
     "RMI_SIM_QUERIES_PER_CYCLE": "2000",
     "RMI_EVAL_ITEMS_PER_SLICE": "40",
-    "RMI_REFRESHED_ITEMS_PER_SLICE": "40",
+    "RMI_EVAL_REFRESHED_ITEMS_PER_SLICE": "40",
     # the champion's own sources stay on (the default mix), on fewer problems
     "RMI_PRACTICE_PROBLEMS": "200",
     "RMI_SELF_LABEL_PROBLEMS": "200",
-    "RMI_ROLLOUT_SAMPLES": "4",
-    "RMI_FAILED_PROMPTS": "100",
+    "RMI_SAMPLE_ROLLOUTS": "4",
+    "RMI_PRACTICE_FAILED_PROMPTS": "100",
     "MLFLOW_DISABLE_TELEMETRY": "true",
-    "RMI_TRAINING_WORKER_IDLE_SECONDS": "120",  # a test's warm training worker goes soon after (and see below)
+    "RMI_TRAIN_WORKER_IDLE_SECONDS": "120",  # a test's warm training worker goes soon after (and see below)
 }
 
 
@@ -28,7 +28,7 @@ FAST = {
 def no_training_worker_left(tmp_path_factory):
     """The warm training workers of this session's homes are stopped by their pid files when it ends."""
     yield
-    from rmi_pipeline.training_worker import stop
+    from rmi_pipeline.training.worker import stop
 
     for folder in tmp_path_factory.getbasetemp().rglob("training_worker"):
         stop(folder)

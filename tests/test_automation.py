@@ -20,6 +20,7 @@ from rmi_pipeline.automation.sensors import enough_feedback_sensor
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.resources import build_resources, layout
 from rmi_pipeline.resources.notifier import Notifier
+from rmi_pipeline.settings import Automation
 from rmi_pipeline.world.curators import curate_eval_suite
 
 
@@ -71,7 +72,7 @@ def test_a_failed_blocking_check_alerts_a_person_once(receiver, rmi_env):
 
 
 def test_enough_new_feedback_starts_one_cycle_and_a_dataset_resets_the_count(rmi_env):
-    resources = build_resources(rmi_env.model_copy(update={"cycle_min_new_events": 30}))
+    resources = build_resources(rmi_env.model_copy(update={"automation": Automation(cycle_min_new_events=30)}))
     curate_eval_suite(resources["eval_store"], ArithmeticRecipe(), 20, seed=0)
     with instance_for_test() as instance:
         def land(name: str, first: int, n: int):
@@ -161,8 +162,9 @@ def test_under_the_daemon_feedback_becomes_a_champion_and_a_drift_starts_a_targe
     from rmi_pipeline.settings import Settings
 
     home = tmp_path / "home"
-    env = {"RMI_BOOTSTRAP_STEPS": "100", "RMI_TRAIN_STEPS": "50", "RMI_GATE_FIRST_FLOOR": "0",
-           "RMI_CYCLE_MIN_NEW_EVENTS": "50", "RMI_EVAL_ITEMS_PER_SLICE": "20", "RMI_REFRESHED_ITEMS_PER_SLICE": "20",
+    env = {"RMI_TRAIN_BOOTSTRAP_STEPS": "100", "RMI_TRAIN_STEPS": "50", "RMI_GATE_FIRST_FLOOR": "0",
+           "RMI_CYCLE_MIN_NEW_EVENTS": "50", "RMI_EVAL_ITEMS_PER_SLICE": "20",
+           "RMI_EVAL_REFRESHED_ITEMS_PER_SLICE": "20",
            "RMI_SENSOR_INTERVAL_SECONDS": "5"}  # the daemon's sensors look every 5 s, not 30
     with pytest.MonkeyPatch.context() as mp:
         for key, value in {"RMI_HOME": str(home), **env}.items():

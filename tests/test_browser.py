@@ -1,7 +1,7 @@
 """Pages in a real browser (Debian's headless Chromium, driven by playwright): the loop's stages in the Dagster UI,
 and the gateway's chat page, where a click becomes feedback in the warehouse.
 
-Set RMI_UPDATE_SCREENSHOT=1 to refresh docs/lineage.png, the picture the README shows.
+Set RMI_UPDATE_SCREENSHOT=1 to refresh docs/lineage.png, the picture docs/explanation/architecture.md shows.
 """
 
 import os

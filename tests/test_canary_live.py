@@ -13,7 +13,7 @@ from gateway import gateway_in_thread, warehouse_events
 from webhook import serve_hook
 
 from rmi_pipeline.assets import canary_verdict, champion
-from rmi_pipeline.assets.canary import STARTED_AT
+from rmi_pipeline.assets.promotion import STARTED_AT
 from rmi_pipeline.resources import build_resources, layout
 from rmi_pipeline.resources.registry import CANARY, CHAMPION
 from rmi_pipeline.serving.routing import in_canary
@@ -141,7 +141,7 @@ def test_a_canary_users_rate_as_well_as_the_champion_is_promoted(canary_env):
 def test_in_shadow_the_challenger_answers_every_request_unseen_and_its_agreement_is_measured(served, monkeypatch):
     from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 
-    for key, value in {**served["env"], "RMI_SHADOW": "true"}.items():
+    for key, value in {**served["env"], "RMI_SERVE_SHADOW": "true"}.items():
         monkeypatch.setenv(key, value)
     settings = Settings()
     registry = build_resources(settings)["registry"]
@@ -234,16 +234,16 @@ def test_a_champion_users_are_worse_off_with_is_rolled_back_to_its_predecessor_a
 
 
 def test_auto_promotion_is_canary_exactly_while_a_gateway_of_the_champion_serves(served, monkeypatch):
-    from rmi_pipeline.assets.canary import serving_gateways
+    from rmi_pipeline.assets.promotion import serving_gateways
 
     for key, value in served["env"].items():
         monkeypatch.setenv(key, value)
     settings = Settings()
     storage = build_resources(settings)["storage"]
-    assert settings.canary.promotion == "auto" and serving_gateways(storage) == []
+    assert settings.promotion == "auto" and serving_gateways(storage) == []
     with gateway_in_thread(settings):
         [said] = serving_gateways(storage)  # it says so from its start
-        assert said["alias"] == "champion" and said["canary_share"] == settings.canary_share
+        assert said["alias"] == "champion" and said["canary_share"] == settings.canary.share
     assert serving_gateways(storage) == []  # and takes it back when it stops
     storage.write_json(layout.gateway("gone"), {"alias": "champion", "canary_share": 0.1, "at": time.time() - 60})
     assert serving_gateways(storage) == []  # a gateway killed before it could say so: its word ages out

@@ -73,14 +73,14 @@ def test_a_fresh_home_forgets_the_old_gateway_log_and_eval_sets_and_keeps_what_t
 
     home = rmi_env.resolved_home
     (home / "serve").mkdir(parents=True)
-    rmi_env.serving.log_path.write_bytes(b"old events")
+    rmi_env.resolved_serve_log_path.write_bytes(b"old events")
     (home / "notes.txt").write_text("mine")
     build_resources(rmi_env)["notifier"].notify("promotion", "champion none -> v1", key="promoted-1")
     evals = ObjectStore(url=rmi_env.resolved_eval_url)
     for key in (layout.ANCHOR, layout.grown("0001"), layout.refreshed("r"), layout.mined("m")):
         evals.write_json(key, {"items": []})
     prepare_home(rmi_env, fresh=True)
-    assert not rmi_env.serving.log_path.exists() and (home / "notes.txt").read_text() == "mine"
+    assert not rmi_env.resolved_serve_log_path.exists() and (home / "notes.txt").read_text() == "mine"
     assert build_resources(rmi_env)["notifier"].notify("promotion", "champion none -> v1", key="promoted-1"), \
         "the new run's first promotion is raised again"
     assert evals.exists(layout.ANCHOR), "a suite people curated is theirs"
@@ -101,7 +101,7 @@ def test_ctrl_c_during_a_cycle_stops_rmi_run_and_moves_no_champion(rmi_env):
 
     log = rmi_env.resolved_home.parent / "run.log"
     # a quick first model any score promotes, then a candidate still training when the interrupt comes
-    env = {**os.environ, "RMI_BOOTSTRAP_STEPS": "50", "RMI_GATE_FIRST_FLOOR": "0", "RMI_TRAIN_STEPS": "100000",
+    env = {**os.environ, "RMI_TRAIN_BOOTSTRAP_STEPS": "50", "RMI_GATE_FIRST_FLOOR": "0", "RMI_TRAIN_STEPS": "100000",
            "RMI_SIM_QUERIES_PER_CYCLE": "200"}
     proc = subprocess.Popen([str(Path(sys.executable).parent / "rmi"), "run", "--cycles", "3", "--fresh"],
                             stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -97,12 +97,13 @@ def test_corrected_hard_cases_split_by_hash_into_the_mined_eval_and_training(bui
     assert held.isdisjoint(data["prompt"].to_list())
 
 
-def test_a_canary_in_feedback_blocks_the_dataset(build):
+def test_the_eval_suite_s_leak_marker_in_feedback_blocks_the_dataset(build):
     run, _, suite = build
-    result, _ = run([event(1, "12+30=", "42", "down", correction=f"42 {suite['canary']}")])
+    result, _ = run([event(1, "12+30=", "42", "down", correction=f"42 {suite['leak_marker']}")])
     assert not result.success
     checks = {e.asset_check_key.name: e for e in result.get_asset_check_evaluations()}
-    assert not checks["no_canary"].passed and checks["no_canary"].metadata["rows_with_canary"].value == 1
+    assert not checks["no_leak_marker"].passed and \
+        checks["no_leak_marker"].metadata["rows_with_leak_marker"].value == 1
 
 
 def test_text_overlap_is_found_by_13_gram_hashes():
@@ -124,7 +125,10 @@ def test_what_earlier_champions_made_is_replayed_but_not_their_rl_samples(rmi_en
     def made(key: str, sources: list[str]) -> None:
         storage.write_parquet(key, pl.DataFrame({"prompt": [f"{i}+1=" for i in range(len(sources))],
                                                  "target": [str(i + 1) for i in range(len(sources))],
-                                                 "source": sources, "scale": [1.0] * len(sources)}))
+                                                 "source": sources, "scale": [1.0] * len(sources),
+                                                 "reference": [None] * len(sources),
+                                                 "teacher": [None] * len(sources)},
+                                                schema_overrides={"reference": pl.String, "teacher": pl.String}))
 
     made(layout.practice_rows("1", 100), ["practice", "rl", "self_label", "hint_distill"])
     made(layout.practice_rows("2", 300), ["practice", "rl", "rl"])
@@ -166,7 +170,7 @@ def test_a_history_read_in_chunks_gives_the_dataset_read_at_once(tmp_path):
         "batch_id": [f"b{i % 3}" for i in range(len(tasks))] + ["b0", "b1"],
         "source": [rng.choice(["thumbs_up", "correction"]) for _ in tasks] + ["thumbs_up"] * 2, "scale": 1.0,
     }).with_columns(reference=pl.lit(None, pl.String), teacher=pl.lit(None, pl.String))
-    evals = {"hashes": [RECIPE.prompt_hash(t.prompt) for t in tasks[:40]], "canary": "rmi-canary-x",
+    evals = {"hashes": [RECIPE.prompt_hash(t.prompt) for t in tasks[:40]], "leak_marker": "rmi-leak-marker-x",
              "mined_share": 0.3}
     shares = {"feedback": 0.5, "corrections": 0.3, "replay": 0.2}
 

@@ -57,8 +57,8 @@ def test_two_processes_train_a_cycle_as_well_as_one_and_only_rank_zero_registers
     steps = int(one_run.params["steps"])
     assert one_run.metrics["steps_done"] == steps, "the loop's cycle 1 was cut short by its time cap"
 
-    for key, value in {"RMI_TRAIN_STEPS": steps, "RMI_TRAIN_MAX_SECONDS": 1800, "RMI_ACCELERATOR": "cpu",
-                       "RMI_STRATEGY": "ddp", "RMI_DEVICES": 2}.items():
+    for key, value in {"RMI_TRAIN_STEPS": steps, "RMI_TRAIN_MAX_SECONDS": 1800, "RMI_TRAIN_ACCELERATOR": "cpu",
+                       "RMI_TRAIN_STRATEGY": "ddp", "RMI_TRAIN_DEVICES": 2}.items():
         monkeypatch.setenv(key, str(value))
     settings = Settings()
     here = build_resources(settings)
@@ -89,7 +89,7 @@ def test_two_processes_train_a_cycle_as_well_as_one_and_only_rank_zero_registers
     assert curve[-1].value < curve[0].value  # it trained: the loss fell from the champion's
 
     anchor = [Task(**item) for item in loop["eval_store"].read_json(layout.ANCHOR)["items"]
-              if recipe.is_private_slice(item["skill"], item["tier"], rmi_env.eval_items_per_slice)]
+              if recipe.is_private_slice(item["skill"], item["tier"], rmi_env.evals.items_per_slice)]
     start = exact_match(recipe, loop["registry"].load("1", recipe), anchor).mean()
     alone = exact_match(recipe, loop["registry"].load("2", recipe), anchor).mean()
     together = exact_match(recipe, here["registry"].load("challenger", recipe), anchor).mean()

@@ -62,8 +62,8 @@ def test_every_asset_has_owners_and_links_to_the_code_that_makes_it(monkeypatch)
     for key, node in here.items():
         [ref] = node.metadata["dagster/code_references"].code_references
         assert Path(ref.file_path).is_file() and ref.line_number > 0, key
-    monkeypatch.setenv("RMI_CODE_URL", "https://github.com/example/rmi-pipeline")
-    monkeypatch.setenv("RMI_ASSET_OWNERS", "ml-oncall@example.com, team:evals")
+    monkeypatch.setenv("RMI_UI_CODE_URL", "https://github.com/example/rmi-pipeline")
+    monkeypatch.setenv("RMI_UI_ASSET_OWNERS", "ml-oncall@example.com, team:evals")
     linked = catalog(Settings())
     assert linked["champion"].owners == ["ml-oncall@example.com", "team:evals"]
     [ref] = linked["champion"].metadata["dagster/code_references"].code_references
@@ -86,9 +86,9 @@ def test_jobs_and_sensor_are_defined():
 
 def test_the_loop_s_sensors_look_for_work_as_often_as_the_setting_says():
     from rmi_pipeline.definitions import build_definitions
-    from rmi_pipeline.settings import Settings
+    from rmi_pipeline.settings import Automation, Settings
 
-    quick = build_definitions(Settings(sensor_interval_seconds=5))
+    quick = build_definitions(Settings(automation=Automation(sensor_interval_seconds=5)))
     intervals = {s.name: s.minimum_interval_seconds for s in quick.sensors}
     assert intervals == {**dict.fromkeys(intervals, 5), "alert_outbox": 60, "dead_run_sensor": 60}
     assert {s.name: s.minimum_interval_seconds for s in defs.sensors} == {

@@ -15,7 +15,7 @@ from rmi_pipeline.world.curators import curate_eval_suite
 def test_a_champion_that_solves_the_top_tiers_makes_the_suite_seal_the_next_ones(rmi_env, monkeypatch):
     monkeypatch.setenv("RMI_RECIPE", "knowing_recipe:KnowsUpTo")
     monkeypatch.setenv("RMI_EVAL_ITEMS_PER_SLICE", "20")
-    monkeypatch.setenv("RMI_REFRESHED_ITEMS_PER_SLICE", "10")
+    monkeypatch.setenv("RMI_EVAL_REFRESHED_ITEMS_PER_SLICE", "10")
     resources = build_resources(Settings())
     registry, eval_store, storage = resources["registry"], resources["eval_store"], resources["storage"]
     recipe = KnowsUpTo()
@@ -83,7 +83,7 @@ def test_a_champion_that_generalizes_past_the_suite_s_growth_gets_a_horizon_slic
 
     monkeypatch.setenv("RMI_RECIPE", "knowing_recipe:KnowsUpTo")
     monkeypatch.setenv("RMI_EVAL_ITEMS_PER_SLICE", "40")
-    monkeypatch.setenv("RMI_REFRESHED_ITEMS_PER_SLICE", "10")
+    monkeypatch.setenv("RMI_EVAL_REFRESHED_ITEMS_PER_SLICE", "10")
     resources = build_resources(Settings())
     registry, eval_store, storage = resources["registry"], resources["eval_store"], resources["storage"]
     recipe = KnowsUpTo()

@@ -26,7 +26,7 @@ from rmi_pipeline.automation.dead_runs import HOST, PID, fail_dead_runs
 from rmi_pipeline.automation.sensors import enough_feedback_sensor
 from rmi_pipeline.cli.main import main
 from rmi_pipeline.resources import build_resources, layout
-from rmi_pipeline.settings import Settings
+from rmi_pipeline.settings import Automation, Settings
 
 # `rmi feedback ingest PATH` (or one in-process sensor tick) in a process that SIGKILLs itself in the warehouse's
 # ingest: just before the events are written, or just after they were committed (before Dagster records it)
@@ -73,7 +73,7 @@ def training_program(session: int, home: Path) -> psutil.Process | None:
             return children[0]
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if os.getsid(proc.pid) == session and "rmi_pipeline.train_candidate" in (proc.info["cmdline"] or []):
+            if os.getsid(proc.pid) == session and "rmi_pipeline.training.program" in (proc.info["cmdline"] or []):
                 return proc
         except OSError:
             continue
@@ -87,7 +87,7 @@ def events_in(rmi_env) -> list[str]:
 
 @pytest.fixture
 def batch(rmi_env, tmp_path, monkeypatch):
-    monkeypatch.setenv("RMI_INGEST_BACKOFF_SECONDS", "0")
+    monkeypatch.setenv("RMI_FEEDBACK_INGEST_BACKOFF_SECONDS", "0")
     path = tmp_path / "day1.jsonl"
     path.write_text("\n".join(event(i) for i in range(50)) + "\n")
     return path
@@ -115,7 +115,7 @@ def test_an_ingest_killed_in_a_sensor_tick_is_ingested_again_by_the_next_tick(rm
     storage = build_resources(rmi_env)["storage"]
     storage.write_bytes(layout.incoming(batch.name), batch.read_bytes())
     assert killed("after", "tick") == -signal.SIGKILL
-    settings = Settings()  # with the batch fixture's RMI_INGEST_BACKOFF_SECONDS
+    settings = Settings()  # with the batch fixture's RMI_FEEDBACK_INGEST_BACKOFF_SECONDS
     prepare_home(settings)
     defs, instance = build_definitions(settings), DagsterInstance.get()
     totals = ingest_new_batches(defs, instance)  # the killed run is marked failed, the batch ingested again
@@ -175,7 +175,7 @@ def test_a_batch_another_process_registered_a_moment_before_is_no_error(rmi_env)
 
 
 def test_a_cycle_whose_process_died_is_marked_failed_and_no_longer_blocks_the_automation(rmi_env):
-    resources = build_resources(rmi_env.model_copy(update={"cycle_min_new_events": 5}))
+    resources = build_resources(rmi_env.model_copy(update={"automation": Automation(cycle_min_new_events=5)}))
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     with instance_for_test() as instance:
@@ -217,7 +217,7 @@ def test_an_unreachable_object_store_is_one_clear_line_and_exit_1(rmi_env, batch
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {**os.environ, "RMI_STORAGE_URL": "s3://feedback-bucket/rmi", "RMI_EVAL_URL": "s3://evals-bucket/rmi",
-           "RMI_S3_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "RMI_STORAGE_S3_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     argv = [str(batch) if a == "BATCH" else a for a in command]
     out = subprocess.run([sys.executable, "-m", "rmi_pipeline.cli.main", *argv], env=env, capture_output=True,
@@ -229,8 +229,8 @@ def test_an_unreachable_object_store_is_one_clear_line_and_exit_1(rmi_env, batch
 
 
 def test_a_cycle_killed_while_it_trains_moves_nothing_and_the_next_rmi_run_goes_on(rmi_env, monkeypatch, capsys):
-    for key, value in {"RMI_BOOTSTRAP_STEPS": "60", "RMI_EVAL_ITEMS_PER_SLICE": "10", "RMI_GATE_FIRST_FLOOR": "0",
-                       "RMI_REFRESHED_ITEMS_PER_SLICE": "10", "RMI_GATE_RESAMPLES": "100"}.items():
+    for key, value in {"RMI_TRAIN_BOOTSTRAP_STEPS": "60", "RMI_EVAL_ITEMS_PER_SLICE": "10", "RMI_GATE_FIRST_FLOOR": "0",
+                       "RMI_EVAL_REFRESHED_ITEMS_PER_SLICE": "10", "RMI_GATE_RESAMPLES": "100"}.items():
         monkeypatch.setenv(key, value)
     proc = subprocess.Popen([sys.executable, "-m", "rmi_pipeline.cli.main", "run", "--cycles", "0", "--fresh"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

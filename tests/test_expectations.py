@@ -14,6 +14,7 @@ from feedback_intake import Intake, event
 
 from rmi_pipeline.resources import build_resources
 from rmi_pipeline.schema import parse_batch, read_rows
+from rmi_pipeline.settings import Feedback
 
 BAD = [
     event(1),
@@ -49,7 +50,7 @@ FAILED = {  # expectation -> rows failing it, as the UI shows them on the rows_v
 @pytest.fixture
 def intake(rmi_env):
     with instance_for_test() as instance:
-        yield Intake(build_resources(rmi_env.model_copy(update={"max_bad_share": 0.9})), instance)
+        yield Intake(build_resources(rmi_env.model_copy(update={"feedback": Feedback(max_bad_share=0.9)})), instance)
 
 
 def test_each_failed_expectation_is_counted_on_the_check_and_bad_rows_wait_in_quarantine(intake):
@@ -80,7 +81,8 @@ def test_each_failed_expectation_is_counted_on_the_check_and_bad_rows_wait_in_qu
 
 
 def test_a_batch_over_the_bad_share_fails_its_check_with_the_counts_and_the_next_batch_lands(intake):
-    intake.resources["settings"] = intake.resources["settings"].model_copy(update={"max_bad_share": 0.5})
+    strict = Feedback(max_bad_share=0.5)
+    intake.resources["settings"] = intake.resources["settings"].model_copy(update={"feedback": strict})
     intake.land("broken.jsonl", "\n".join([event(1), event(2, rating="meh"), event(3, rating="meh")]).encode())
     intake.land("fine.jsonl", event(4).encode())
     intake.tick()

@@ -14,6 +14,7 @@ from dagster import instance_for_test
 from feedback_intake import Intake, event
 
 from rmi_pipeline.resources import build_resources
+from rmi_pipeline.settings import Feedback
 
 
 def lines(*rows) -> bytes:
@@ -89,7 +90,7 @@ IGNORED = ["notes.txt", "batch.json", "batch.JSONL", "batch.csv", "batch.jsonl.t
 @pytest.fixture
 def intake(rmi_env):
     with instance_for_test() as instance:  # row-level quarantine shows each reason
-        yield Intake(build_resources(rmi_env.model_copy(update={"max_bad_share": 0.99})), instance)
+        yield Intake(build_resources(rmi_env.model_copy(update={"feedback": Feedback(max_bad_share=0.99)})), instance)
 
 
 def test_every_bad_input_is_accounted_for_and_nothing_crashes(intake):
@@ -134,7 +135,7 @@ def test_quarantine_keeps_huge_rows_short_and_odd_valid_text_arrives_intact(inta
     intake.tick()
     for name in ("huge.jsonl", "encoding.jsonl"):
         assert intake.ingest(name)[0].success
-    assert max(len(q["raw"]) for q in intake.quarantined("huge.jsonl")) == 4096  # RMI_MAX_TEXT_CHARS
+    assert max(len(q["raw"]) for q in intake.quarantined("huge.jsonl")) == 4096  # RMI_FEEDBACK_MAX_TEXT_CHARS
     stored = intake.resources["warehouse"].query(
         "SELECT event_id, comment FROM feedback_events ORDER BY event_id")
     assert stored.rows() == [("ev-40", None), ("ev-50", None), ("ev-54", ODD_TEXT), ("ev-55", None)]

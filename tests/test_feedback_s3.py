@@ -52,7 +52,7 @@ def s3_endpoint():
 
 @pytest.fixture
 def s3_intake(rmi_env, s3_endpoint, monkeypatch):
-    """An Intake whose object store is s3://BUCKET/<this test's prefix>, endpoint from RMI_S3_ENDPOINT_URL."""
+    """An Intake whose object store is s3://BUCKET/<this test's prefix>, endpoint from RMI_STORAGE_S3_ENDPOINT_URL."""
     import fsspec
 
     prefix = f"team-{uuid.uuid4().hex[:8]}"  # one server for the module: each test has its own prefix
@@ -60,7 +60,7 @@ def s3_intake(rmi_env, s3_endpoint, monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("RMI_STORAGE_URL", f"s3://{BUCKET}/{prefix}")
-    monkeypatch.setenv("RMI_S3_ENDPOINT_URL", s3_endpoint)
+    monkeypatch.setenv("RMI_STORAGE_S3_ENDPOINT_URL", s3_endpoint)
     fs = fsspec.filesystem("s3", endpoint_url=s3_endpoint)
     if not fs.exists(BUCKET):
         fs.mkdir(BUCKET)
@@ -126,7 +126,7 @@ def test_the_endpoint_can_come_from_the_standard_aws_variable(s3_endpoint, monke
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_endpoint)
-    monkeypatch.delenv("RMI_S3_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("RMI_STORAGE_S3_ENDPOINT_URL", raising=False)
     monkeypatch.setenv("RMI_HOME", str(tmp_path))
     monkeypatch.setenv("RMI_STORAGE_URL", f"s3://{BUCKET}/by-env")
     storage = build_resources(Settings())["storage"]

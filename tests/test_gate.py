@@ -1,15 +1,14 @@
 """The promotion gate on fixed per-item tables and in seeded trials: what gets promoted, and why."""
 
-from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from rmi_pipeline.ml.gate import Paired, decide, markdown
 from rmi_pipeline.recipes.base import slice_name
-from rmi_pipeline.settings import Settings
+from rmi_pipeline.settings import Gate
 
-GATE = Settings.model_construct().gate  # the loop's defaults, whatever the environment says
+GATE = Gate.model_construct()  # the loop's defaults, whatever the environment says
 
 SLICES = [slice_name(skill, tier) for skill in ("add", "sub") for tier in range(2, 9)]
 
@@ -87,7 +86,7 @@ def trial_rates(worse_slice_by: float, trials: int = 400) -> float:
         for i, name in enumerate(SLICES):
             p_new = truth[i] - (worse_slice_by if i == 3 else 0.0)
             slices[name] = Paired((rng.random(100) < p_new).astype(float), (rng.random(100) < truth[i]).astype(float))
-        promoted += decide(slices, set(SLICES), replace(GATE, resamples=1000), seed=t).promote
+        promoted += decide(slices, set(SLICES), GATE.model_copy(update={"resamples": 1000}), seed=t).promote
     return promoted / trials
 
 
@@ -112,7 +111,7 @@ def test_on_a_grown_suite_an_equal_challenger_is_seldom_called_worse_and_a_real_
     """60 slices: the per-slice rule (an interval wholly below zero) flagged a slice of an equal challenger in 39 of
     60 trials, so each cycle of a long climb was a coin toss; the rule over all slices flags none, and a slice that
     fell by 0.2 is still caught (56 of 60; by 0.15: 43, by 0.1: 20, where the per-slice rule caught 59 and 50)."""
-    gate = replace(GATE, resamples=100)
+    gate = GATE.model_copy(update={"resamples": 100})
     equal = [decide(suite, set(suite), gate, seed=t) for t in range(40) for suite in [many_slices(t, 0.0)]]
     assert sum(any(r.regressed for r in d.slices) for d in equal) <= 1
     assert sum(any(r.delta < -gate.slice_tolerance and r.high < 0 for r in d.slices) for d in equal) >= 15
@@ -145,9 +144,9 @@ def test_the_gate_s_statistics_are_scipy_s_without_importing_scipy_stats():
                        rng=np.random.default_rng(2)).confidence_interval
     assert ours == pytest.approx((theirs.low, theirs.high), abs=0.006)  # the same distribution, other draws
     code = ("import sys, numpy as np; from rmi_pipeline.ml.gate import Paired, decide; "
-            "from rmi_pipeline.settings import Settings; r = np.random.default_rng(0); "
+            "from rmi_pipeline.settings import Gate; r = np.random.default_rng(0); "
             "d = {'a': Paired(r.integers(0, 2, 99), r.integers(0, 2, 99))}; "
-            "decide(d, {'a'}, Settings.model_construct().gate); "
+            "decide(d, {'a'}, Gate.model_construct()); "
             "print('scipy.stats' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 

@@ -175,3 +175,19 @@ def _target(fd: str) -> str:
         return os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
         return ""
+
+
+def test_the_home_storage_refuses_a_dagster_it_was_not_written_against():
+    """It subclasses Dagster's private sqlite storage: another minor version fails at start-up, naming the range
+    that pyproject.toml pins."""
+    import tomllib
+
+    from rmi_pipeline.automation.home_storage import SUPPORTED_DAGSTER, check_dagster_version
+
+    for version in ("1.13.27", "1.13.40"):
+        check_dagster_version(version)
+    for version in ("1.14.0", "1.12.9", "1.13.26", "2.0.0"):
+        with pytest.raises(RuntimeError, match=f"supports dagster{SUPPORTED_DAGSTER}"):
+            check_dagster_version(version)
+    pyproject = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    assert f"dagster{SUPPORTED_DAGSTER}" in pyproject["project"]["dependencies"]

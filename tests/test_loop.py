@@ -235,7 +235,7 @@ def test_the_champion_practises_for_its_successor_with_every_source_on(loop, tmp
     shutil.copytree(loop["home"], home)
     monkeypatch.setenv("RMI_HOME", str(home))
     monkeypatch.setenv("RMI_MIX", json.dumps({"practice": 0.1, "rl": 0.1, "hint_distill": 0.05, "self_label": 0.05}))
-    for key in ("RMI_PRACTICE_PROBLEMS", "RMI_FAILED_PROMPTS"):
+    for key in ("RMI_PRACTICE_PROBLEMS", "RMI_PRACTICE_FAILED_PROMPTS"):
         monkeypatch.setenv(key, "60")
     monkeypatch.setenv("RMI_SELF_LABEL_PROBLEMS", "200")
     resources = build_resources(Settings())

@@ -21,9 +21,9 @@ R = ArithmeticRecipe()
 def test_with_no_improvement_possible_the_loop_stops_after_its_budget_and_alerts_once(rmi_env, monkeypatch):
     bodies: list = []
     server = serve_hook(bodies)
-    for key, value in {"RMI_LEARNING_RATE": "0",  # every challenger is its champion again: nothing can improve
+    for key, value in {"RMI_TRAIN_LEARNING_RATE": "0",  # every challenger is its champion again: nothing can improve
                        "RMI_TRAIN_STEPS": "2", "RMI_REGRESSION_BUDGET": "2", "RMI_REGRESSION_BACKOFF_SECONDS": "0",
-                       "RMI_REFRESHED_ITEMS_PER_SLICE": "10", "RMI_GATE_RESAMPLES": "500",
+                       "RMI_EVAL_REFRESHED_ITEMS_PER_SLICE": "10", "RMI_GATE_RESAMPLES": "500",
                        "RMI_ALERT_WEBHOOK_URL": f"http://127.0.0.1:{server.server_port}/hook"}.items():
         monkeypatch.setenv(key, value)
     settings = Settings()

@@ -16,7 +16,10 @@ R = ArithmeticRecipe()
 
 
 def labelling(problems: int, past_suite: bool = True) -> SelfLabelling:
-    return SelfLabelling(problems=problems, votes=4, temperature=1.0, saturation=0.9, tiers=1, past_suite=past_suite)
+    return SelfLabelling(problems=problems, votes=4, past_suite=past_suite)
+
+
+SAMPLED = {"tiers": 1, "temperature": 1.0, "saturation": 0.9}  # what self-labelling takes from other groups
 
 
 class UpTo12Digits(ArithmeticRecipe):
@@ -83,7 +86,7 @@ def test_a_wrong_answer_is_pushed_down_only_at_its_first_mistake():
 
 def test_self_labels_come_from_the_first_unsure_tier_and_pass_the_length_filter():
     confident = Scripted({0: {"7": 30.0}})  # always "7": agrees with itself everywhere
-    out = self_label(UpTo12Digits(), confident, random.Random(0), labelling(problems=50), seed=0)
+    out = self_label(UpTo12Digits(), confident, random.Random(0), labelling(problems=50), seed=0, **SAMPLED)
     # 1-digit sums may be 7; a 2-digit sum cannot have 1 digit, so the length filter rejects every label there
     assert out.agreement["add/1"] == 1.0 and out.agreement["add/2"] == 0.0
     assert out.tiers["add"] == 2 and not [r for r in out.rows if r["prompt"].count("+")]
@@ -131,7 +134,7 @@ def right(prompt):
 
 def test_a_self_label_is_kept_only_if_the_model_backs_it_up_by_working_back_from_it():
     def labels(recipe):
-        out = self_label(recipe, None, random.Random(0), labelling(problems=200), seed=0)
+        out = self_label(recipe, None, random.Random(0), labelling(problems=200), seed=0, **SAMPLED)
         assert out.tiers == {"add": 2}  # the votes split on carries there; subtraction never leaves its sure range
         return {r["prompt"]: r["target"] for r in out.rows}
 
@@ -176,7 +179,8 @@ class SureOfItsSlipsWithoutRoute(SureOfItsSlips):
 
 def test_a_label_the_model_backs_up_with_its_own_slips_is_dropped_on_the_way_through_other_problems():
     def labels(recipe):
-        out = self_label(recipe, None, random.Random(0), labelling(problems=300), seed=0, last={"add": 5, "sub": 12})
+        out = self_label(recipe, None, random.Random(0), labelling(problems=300), seed=0,
+                     last={"add": 5, "sub": 12}, **SAMPLED)
         assert out.tiers == {"add": 5}
         return {r["prompt"]: r["target"] for r in out.rows}
 
@@ -200,7 +204,8 @@ class Exact(UpTo12Digits):
 
 
 def test_a_model_reliable_up_to_the_suites_top_tier_labels_the_top_tiers_instead_of_nothing():
-    out = self_label(Exact(), None, random.Random(0), labelling(problems=20), seed=0, last={"add": 5, "sub": 12})
+    out = self_label(Exact(), None, random.Random(0), labelling(problems=20), seed=0,
+                     last={"add": 5, "sub": 12}, **SAMPLED)
     assert out.tiers == {"add": 5}  # sure of itself up to the bound, which is not the recipe's hardest: label there
     assert out.kept == {"add/5": 20} and all(t == right(p) for p, t in ((r["prompt"], r["target"]) for r in out.rows))
     assert {problems.tier_of(*problems.parse(r["prompt"])[::2]) for r in out.rows} == {5}
@@ -212,7 +217,7 @@ def test_a_model_reliable_past_the_suites_top_tier_also_labels_at_its_own_edge_t
 
     def labelled(past_suite: bool) -> set:
         out = self_label(KnowsUpTo(), None, random.Random(0), labelling(50, past_suite), seed=0,
-                         last={"add": 6, "sub": 6})
+                         last={"add": 6, "sub": 6}, **SAMPLED)
         assert all(r["target"] == right(r["prompt"]) for r in out.rows)  # greedy is right up to 14 digits
         return {R.slice_of(r["prompt"]) for r in out.rows}
 
@@ -245,7 +250,8 @@ def test_past_the_suite_a_tier_whose_first_problems_keep_no_label_is_not_labelle
     from rmi_pipeline.ml.curriculum import FEWEST, LOOKS, measured_at
 
     recipe = SplitPast8Digits()
-    out = self_label(recipe, None, random.Random(0), labelling(problems=200), seed=0, last={"add": 4, "sub": 4})
+    out = self_label(recipe, None, random.Random(0), labelling(problems=200), seed=0,
+                     last={"add": 4, "sub": 4}, **SAMPLED)
     assert out.past == {"add": 9} and out.kept["add/9"] == 0  # working back refutes both its answers
     # the edge's probe, stopped after its first third (every problem there split its votes), then FEWEST problems
     # to label, not 200
@@ -269,7 +275,8 @@ def test_a_long_edge_past_the_suite_is_found_to_within_2_percent_and_probes_past
             return super().sample(model, prompts, k, temperature, seed)
 
     recipe = Knows530()
-    out = self_label(recipe, None, random.Random(0), labelling(problems=50), seed=0, last={"add": 12, "sub": 12})
+    out = self_label(recipe, None, random.Random(0), labelling(problems=50), seed=0,
+                     last={"add": 12, "sub": 12}, **SAMPLED)
     assert 531 - 0.02 * 530 - 1 <= out.past["add"] <= 531  # never past the edge, never short by more than 2%
     probed = [name for name in out.agreement if name.startswith("add/") and int(name.split("/")[1]) > 12]
     to_the_digit: list[int] = []
@@ -320,12 +327,13 @@ def test_the_frontier_practice_and_self_labels_move_past_the_recipe_s_initial_to
     recipe = KnowsUpTo()  # reliable up to 12 digits, the top of the curated tiers; right but unsure at 13 and 14
     assert recipe.knows == recipe.tiers[-1] == 12
     made = practise(recipe, None, {"practice": 0.1, "rl": 0.1, "hint_distill": 0, "self_label": 0.1}, [],
-                    random.Random(0), 0, practice=Practice(problems=50, tiers=2, saturation=0.9, failed_prompts=0),
-                    sampling=Sampling(samples=4, temperature=1.0), self_labelling=labelling(problems=50))
+                    random.Random(0), 0, practice=Practice(problems=50, tiers=2, failed_prompts=0),
+                    sampling=Sampling(rollouts=4, temperature=1.0), self_labelling=labelling(problems=50),
+                    saturation=0.9)
     assert made.meta["frontier add"] == made.meta["frontier sub"] == 15  # greedy is right up to 14 digits
     tiers = {source: {R.slice_of(r["prompt"])[1] for r in made.rows if r["source"] == source}
              for source in ("practice", "rl", "self_label")}
-    assert tiers == {"practice": {15, 16}, "rl": {15, 16}, "self_label": {13}}  # tiers=1: the first unsure one
+    assert tiers == {"practice": {15, 16}, "rl": {15, 16}, "self_label": {13, 14}}  # the first unsure one and the next
     assert all(R.verify(r["prompt"], r["target"])[0] == 1 for r in made.rows if r["source"] != "rl")
 
 
@@ -345,13 +353,15 @@ def test_practice_goes_no_further_than_the_eval_suite_reaches():
     last = reach(recipe, slices)
     assert last == {"add": 15, "sub": 12}
     made = practise(recipe, None, {"practice": 0.1, "rl": 0.1, "hint_distill": 0, "self_label": 0.1}, [],
-                    random.Random(0), 0, practice=Practice(problems=50, tiers=2, saturation=0.9, failed_prompts=0),
-                    sampling=Sampling(samples=4, temperature=1.0), self_labelling=labelling(problems=50), reach=last)
+                    random.Random(0), 0, practice=Practice(problems=50, tiers=2, failed_prompts=0),
+                    sampling=Sampling(rollouts=4, temperature=1.0), self_labelling=labelling(problems=50),
+                    saturation=0.9, reach=last)
     assert (made.meta["frontier add"], made.meta["frontier sub"]) == (15, 13)  # sub: solved up to its reach
     made_at = {source: {R.slice_of(r["prompt"]) for r in made.rows if r["source"] == source}
                for source in ("practice", "rl", "self_label")}
     assert made_at == {"practice": {("add", 15)}, "rl": {("add", 15)},
-                       "self_label": {("add", 13), ("sub", 12), ("sub", 13)}}  # nothing at add/16
+                       "self_label": {("add", 13), ("add", 14), ("sub", 11), ("sub", 12), ("sub", 13), ("sub", 14)}}
+    # two tiers each (Practice.tiers): from the edge within the reach, and past sub's; nothing at add/16
 
 
 def test_a_probe_far_from_its_threshold_is_decided_by_its_first_third_and_always_as_by_all_of_it():

@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 from gateway import gateway_in_thread, warehouse_events
-from pydantic import SecretStr
 
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.resources import build_resources, layout
@@ -25,6 +24,13 @@ R = ArithmeticRecipe()
 
 def own_answers(registry, version: str, prompts: list[str]) -> list[str]:
     return R.answer(registry.load(version, R), prompts)
+
+
+def gateway_settings(settings, root, **serving):
+    """`settings` with these RMI_SERVE_* values, and a log and an object store of its own under `root`."""
+    return settings.model_copy(update={
+        "serving": settings.serving.model_copy(update={"log_path": root / "log.sqlite3", **serving}),
+        "storage": settings.storage.model_copy(update={"url": f"file://{root / 'store'}"})})
 
 
 def written_rows(root) -> int:
@@ -125,10 +131,8 @@ def test_answers_and_feedback_reach_the_warehouse_joined_by_response_id(served):
 
 
 def test_bad_requests_are_refused_with_their_reason_and_record_nothing(served, tmp_path):
-    keyed = served["settings"].model_copy(update={
-        "serve_api_keys": SecretStr("k-right"), "serve_rate_limit": 5.0, "serve_feedback_window_hours": 1 / 3600,
-        "serve_log_path": tmp_path / "log.sqlite3", "serve_max_prompts": 4, "serve_max_body_bytes": 20_000,
-        "storage_url": f"file://{tmp_path / 'store'}"})
+    keyed = gateway_settings(served["settings"], tmp_path, api_keys=("k-right",), rate_limit=5.0,
+                             feedback_window_hours=1 / 3600, max_prompts=4, max_body_bytes=20_000)
     key = {"Authorization": "Bearer k-right"}
     with gateway_in_thread(keyed) as url:
         wait_ready(url, "1")
@@ -164,9 +168,7 @@ def test_bad_requests_are_refused_with_their_reason_and_record_nothing(served, t
 
 
 def test_a_full_log_refuses_feedback_with_503_and_acknowledges_nothing(served, tmp_path):
-    tiny = served["settings"].model_copy(update={"serve_log_path": tmp_path / "log.sqlite3",
-                                                 "serve_log_max_mb": 0.3,
-                                                 "storage_url": f"file://{tmp_path / 'store'}"})
+    tiny = gateway_settings(served["settings"], tmp_path, log_max_mb=0.3)
     with gateway_in_thread(tiny) as url:
         wait_ready(url, "1")
         rid = httpx.post(f"{url}/v1/answers", json={"prompts": ["1+1="], "user_id": "u"}).json()["answers"][0][
@@ -254,7 +256,7 @@ def test_a_killed_gateway_loses_no_acknowledged_feedback(served):
             for s in senders:
                 s.join()
     store = build_resources(settings)["storage"]  # what a fourth gateway would write first: the log's last events
-    log = FeedbackLog(settings.serving.log_path, max_bytes=settings.serving.log_max_bytes, window_seconds=3600)
+    log = FeedbackLog(settings.resolved_serve_log_path, max_bytes=settings.serving.log_max_bytes, window_seconds=3600)
     log.flush(lambda name, data: store.write_bytes(layout.incoming(name), data))
     log.close()
     ours = {a["response_id"] for a in answers}

@@ -150,7 +150,7 @@ def test_no_training_step_applies_a_gradient_larger_than_the_clip():
     import random
 
     from rmi_pipeline.ml.train import fit
-    from rmi_pipeline.settings import Settings
+    from rmi_pipeline.settings import Training
 
     seed_set = R.seed_tasks(random.Random(0))[:256]
     applied = {}
@@ -167,6 +167,6 @@ def test_no_training_step_applies_a_gradient_larger_than_the_clip():
 
         model.configure_optimizers = recording
         fit(model, tokens, mask, max_steps=20, max_seconds=120, scales=torch.full((len(tokens),), 50.0),
-            trainer=Settings(gradient_clip=clip, accelerator="cpu").trainer_options())
+            trainer=Training(gradient_clip=clip, accelerator="cpu").trainer_options())
     assert len(applied[1.0]) == 20 and max(applied[1.0]) <= 1.0 + 1e-4
     assert max(applied[0.0]) > 1.0, "unclipped, these rows' gradients are larger: else nothing here was clipped"

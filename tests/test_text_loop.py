@@ -13,9 +13,10 @@ import pytest
 from rmi_pipeline.ml.hygiene import ngram_hashes
 
 TEXT = {"RMI_RECIPE": "rmi_pipeline.recipes.words:WordsRecipe", "RMI_MODEL_NAME": "rmi-words",
-        "RMI_BOOTSTRAP_STEPS": "200", "RMI_TRAIN_STEPS": "100", "RMI_GATE_FIRST_FLOOR": "0",
+        "RMI_TRAIN_BOOTSTRAP_STEPS": "200", "RMI_TRAIN_STEPS": "100", "RMI_GATE_FIRST_FLOOR": "0",
         "RMI_SIM_QUERIES_PER_CYCLE": "600", "RMI_SIM_EVAL_LIKE_SHARE": "0.3",
-        "RMI_EVAL_ITEMS_PER_SLICE": "20", "RMI_REFRESHED_ITEMS_PER_SLICE": "20", "MLFLOW_DISABLE_TELEMETRY": "true",
+        "RMI_EVAL_ITEMS_PER_SLICE": "20", "RMI_EVAL_REFRESHED_ITEMS_PER_SLICE": "20",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
         "RMI_MIX": '{"practice": 0, "rl": 0, "hint_distill": 0, "self_label": 0}'}  # as make run-hf
 
 

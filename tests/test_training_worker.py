@@ -19,8 +19,9 @@ from rmi_pipeline.cli.home import prepare_home
 from rmi_pipeline.definitions import build_definitions
 from rmi_pipeline.recipes.base import load_recipe
 from rmi_pipeline.settings import Settings
-from rmi_pipeline.training_worker import COMMAND as CLIENT
-from rmi_pipeline.training_worker import FOLDER, IDLE, stop, worker_folder
+from rmi_pipeline.training.client import COMMAND as CLIENT
+from rmi_pipeline.training.protocol import FOLDER, IDLE
+from rmi_pipeline.training.worker import stop, worker_folder
 from rmi_pipeline.world import World
 
 
@@ -125,7 +126,7 @@ def test_ctrl_c_stops_the_program_while_its_main_thread_waits_in_a_read_and_anot
     """The kernel hands a process's SIGINT to any of its threads that does not block it, and Python handles it only
     in the main thread, at its next bytecode: here the main thread waits in the warm start's read and another thread
     takes the signal. The program still stops, as from any Ctrl-C (before, it waited forever)."""
-    program = subprocess.Popen([sys.executable, "-m", "rmi_pipeline.train_candidate"],
+    program = subprocess.Popen([sys.executable, "-m", "rmi_pipeline.training.program"],
                                env={**os.environ, **blocked_training(tmp_path)}, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     try:  # Linux names where a thread sleeps: opening a named pipe no one writes waits "for a partner"
@@ -142,9 +143,10 @@ def test_ctrl_c_stops_the_program_while_its_main_thread_waits_in_a_read_and_anot
 
 
 def test_a_warm_candidate_is_the_cold_program_s_candidate_weight_for_weight(rmi_env, monkeypatch):
-    """Same dataset, same seed: the candidate of the warm worker and that of `python -m train_candidate` started
-    cold have the same weights (so the warm path changes the time, nothing else)."""
-    monkeypatch.setenv("RMI_BOOTSTRAP_STEPS", "60")
+    """Same dataset, same seed: the candidate of the warm worker and that of the training program started cold
+    (`python -m rmi_pipeline.training.program`) have the same weights (so the warm path changes the time, nothing
+    else)."""
+    monkeypatch.setenv("RMI_TRAIN_BOOTSTRAP_STEPS", "60")
     prepare_home(rmi_env)
     World(rmi_env).ensure_eval_suite()
     up_to_training = [AssetKey(k) for k in ("eval_suite", "practice", "training_dataset", "candidate_model")]
@@ -152,7 +154,7 @@ def test_a_warm_candidate_is_the_cold_program_s_candidate_weight_for_weight(rmi_
         warm = build_definitions(Settings()).resolve_job_def("improvement_cycle")
         assert warm.execute_in_process(instance=instance, asset_selection=up_to_training).success
         # the next candidate from no champion is the turn's second (seed + 1000): the same seed, started cold
-        monkeypatch.setenv("RMI_TRAINING_LAUNCHER", "subprocess")
+        monkeypatch.setenv("RMI_TRAIN_LAUNCHER", "subprocess")
         monkeypatch.setenv("RMI_SEED", str(rmi_env.seed - 1000))
         cold_defs = build_definitions(Settings())
         cold = cold_defs.resolve_job_def("improvement_cycle")

@@ -1,8 +1,6 @@
 """The warehouse is idempotent on event_id without a PRIMARY KEY: a repeated event is counted as a duplicate and
-stored once, also when two ids share a key, and a DuckDB-file warehouse from before the lakehouse moves in once and
-keeps that promise."""
+stored once, also when two ids share a key."""
 
-import duckdb
 import pytest
 
 from rmi_pipeline.resources import warehouse as wh
@@ -26,26 +24,6 @@ def test_each_event_is_stored_once_whatever_the_batches_and_the_key_collisions(t
     assert warehouse.ingest(events("a", "b", "c", batch="b1-again")) == (0, 3)  # the same batch landed again
     assert warehouse.ingest(events("c", "d", "e", batch="b2")) == (2, 1)
     assert stored(warehouse) == [("a", "b1"), ("b", "b1"), ("c", "b1"), ("d", "b2"), ("e", "b2")]
-
-
-@pytest.mark.parametrize("where", ["at the catalog's path", "at HOME/warehouse.duckdb"])
-def test_a_duckdb_file_warehouse_from_before_moves_into_the_lake_once_and_stays_idempotent(tmp_path, where):
-    path = tmp_path / "warehouse.duckdb"
-    with duckdb.connect(str(path)) as conn:  # as written before id_key: event_id PRIMARY KEY, no key column
-        conn.execute("CREATE TABLE feedback_events (event_id VARCHAR PRIMARY KEY, schema_version INTEGER, "
-                     "ts TIMESTAMPTZ, user_id VARCHAR, model_version VARCHAR, prompt VARCHAR, completion VARCHAR, "
-                     "rating VARCHAR, correction VARCHAR, comment VARCHAR, source VARCHAR, skill VARCHAR, "
-                     "meta JSON, batch_id VARCHAR, ingested_at TIMESTAMPTZ DEFAULT current_timestamp, tier INTEGER)")
-        conn.execute("INSERT INTO feedback_events (event_id, batch_id) VALUES ('a', 'old'), ('b', 'old')")
-    # RMI_WAREHOUSE_PATH pointing at the old file, or the default catalog beside the old default file
-    make = (lambda: wh.Warehouse(path=str(path))) if where.startswith("at the") else \
-        (lambda: wh.Warehouse(path=str(tmp_path / "warehouse.sqlite"), legacy_path=str(path)))
-    warehouse = make()
-    assert warehouse.ingest(events("a", "b", "c")) == (1, 2)
-    assert stored(warehouse) == [("a", "old"), ("b", "old"), ("c", "b1")]
-    assert (tmp_path / "warehouse.pre-lakehouse.duckdb").exists()  # kept, renamed, until someone deletes it
-    assert make().ingest(events("a", "d")) == (1, 1)  # moved in once: a second start does not copy it again
-    assert len(stored(make())) == 4
 
 
 def test_keys_are_computed_anew_when_the_hash_they_were_made_with_is_gone(tmp_path):

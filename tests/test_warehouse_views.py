@@ -1,13 +1,11 @@
 """The warehouse views a team queries: thumbs-down by model version, skill and tier per day, corrections,
-failing prompts; tier filled at ingest from the recipe; an older warehouse file is brought up to date."""
+failing prompts; tier filled at ingest from the recipe."""
 
-import duckdb
 import pytest
 from dagster import instance_for_test
 from feedback_intake import Intake, event
 
 from rmi_pipeline.resources import build_resources
-from rmi_pipeline.resources.warehouse import VIEWS, Warehouse
 
 DAY1, DAY2 = "2026-11-28T09:00:00Z", "2026-11-29T09:00:00Z"
 BATCH = [
@@ -55,19 +53,3 @@ def test_failing_prompts_and_corrections(warehouse):
     corrections = warehouse.query("SELECT event_id, model_version, tier, completion, correction "
                                   "FROM feedback_corrections")
     assert corrections.rows() == [("ev-6", "2", 1, "7", "5"), ("ev-1", "1", 3, "2", "357")]
-
-
-def test_a_warehouse_from_before_tiers_gains_the_column_and_the_views(tmp_path):
-    path = tmp_path / "old.duckdb"
-    with duckdb.connect(str(path)) as conn:  # the schema as it was: no tier, no views but feedback_quality
-        conn.execute("CREATE TABLE feedback_events (event_id VARCHAR PRIMARY KEY, schema_version INTEGER, "
-                     "ts TIMESTAMPTZ, user_id VARCHAR, model_version VARCHAR, prompt VARCHAR, completion VARCHAR, "
-                     "rating VARCHAR, correction VARCHAR, comment VARCHAR, source VARCHAR, skill VARCHAR, "
-                     "meta JSON, batch_id VARCHAR, ingested_at TIMESTAMPTZ DEFAULT current_timestamp)")
-        conn.execute("INSERT INTO feedback_events (event_id, ts, model_version, prompt, rating, skill) "
-                     "VALUES ('old-1', TIMESTAMPTZ '2026-11-01 10:00:00+00', '1', '1+1=', 'down', 'add')")
-    old = Warehouse(path=str(path))
-    old.migrate()
-    assert {v: len(old.query(f"SELECT * FROM {v}")) for v in VIEWS} == {
-        "feedback_quality": 1, "feedback_daily": 1, "feedback_corrections": 0, "failing_prompts": 1}
-    assert old.query("SELECT tier FROM feedback_events")["tier"].to_list() == [None]

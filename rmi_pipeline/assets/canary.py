@@ -20,8 +20,7 @@ from ..resources.storage import ObjectStore
 from ..resources.warehouse import Warehouse
 from ..settings import Settings
 from .feedback import feedback_events
-
-STARTED_AT = "canary_started_at"  # model version tag: when the canary alias was set (Unix seconds)
+from .promotion import STARTED_AT, champion_moved
 
 
 @asset(deps=[feedback_events], group_name="promotion", kinds={"mlflow", "duckdb"})
@@ -54,8 +53,6 @@ def canary_verdict(context: AssetExecutionContext, settings: ResourceParam[Setti
         previous = registry.promote(version, {"promoted_at": datetime.now(UTC).isoformat(), "promoted_by": "canary",
                                               "promoted_in_dagster_run": context.run.run_id})
         registry.end_canary({"canary_outcome": "promoted"})
-        from .promotion import champion_moved  # promotion.py imports this module
-
         context.log_event(champion_moved(context.instance, "promoted by canary_verdict", {
             "champion_version": version, "previous_champion": previous or "none", "promoted_by": "canary",
             "reason": verdict.reason}))
@@ -73,21 +70,6 @@ def canary_verdict(context: AssetExecutionContext, settings: ResourceParam[Setti
         **{f"thumbs_down_delta {s.name}": round(s.delta, 4) for s in verdict.slices if s.delta is not None},
         "verdict_table": MetadataValue.md(markdown(verdict)),
     })
-
-
-def serving_gateways(storage: ObjectStore) -> list[dict]:
-    """The gateways of the champion that said in the last PRESENCE_SECONDS * 3 that they serve, with a canary
-    share: where a canary would meet users."""
-    fresh = []
-    for key in storage.list(layout.GATEWAYS):
-        try:
-            said = storage.read_json(key)
-        except (FileNotFoundError, ValueError):  # one that stopped meanwhile, or a half-written file elsewhere
-            continue
-        if said.get("alias") == CHAMPION and said.get("canary_share", 0) > 0 and \
-                time.time() - float(said.get("at", 0)) < 3 * layout.PRESENCE_SECONDS:
-            fresh.append(said)
-    return fresh
 
 
 def live_periods(warehouse: Warehouse, canary: str, champion: str, since: datetime) -> dict:

@@ -6,8 +6,9 @@ in every version so nothing learned before is forgotten. Each row belongs to one
 (RMI_MIX): its weight is the source's share of every batch, spread evenly over the source's rows.
 Contamination policy: rows whose prompt is a sealed eval item (by canonical hash), or, for text recipes,
 shares an n-gram with one, are removed and counted: users ask such questions naturally, and dropping them
-costs little. Corrected hard cases on the held-out side of the mined split are removed the same way. A canary
-string in any row means eval files leaked into feedback: that is no accident, so the check fails and blocks.
+costs little. Corrected hard cases on the held-out side of the mined split are removed the same way. The eval
+suite's leak marker (a string planted in its items) in any row means eval files leaked into feedback: that is no
+accident, so the check fails and blocks.
 """
 
 import random
@@ -28,8 +29,8 @@ from .practice import practice
 CHECKS = [
     AssetCheckSpec("no_eval_overlap", asset="training_dataset", blocking=True,
                    description="No row's canonical prompt hash is an eval item's."),
-    AssetCheckSpec("no_canary", asset="training_dataset", blocking=True,
-                   description="The eval suite's canary string appears in no row."),
+    AssetCheckSpec("no_leak_marker", asset="training_dataset", blocking=True,
+                   description="The eval suite's leak marker appears in no row."),
 ]
 
 
@@ -39,7 +40,7 @@ def training_dataset(context: AssetExecutionContext, settings: ResourceParam[Set
     """A new dataset version (`datasets/<version>/train.parquet` and its manifest): the recipe's seed set, thumbs-up
     answers and corrections from the warehouse and the champion's practice rows, each source weighted by its share
     in RMI_MIX (the weights in the manifest); rows that touch the sealed evals are removed and counted. Streamed a
-    chunk at a time: memory does not grow with the history. Blocking checks: no eval overlap, no canary."""
+    chunk at a time: memory does not grow with the history. Blocking checks: no eval overlap, no leak marker."""
     import tempfile
     from pathlib import Path
 
@@ -88,8 +89,8 @@ def training_dataset(context: AssetExecutionContext, settings: ResourceParam[Set
         check_results=[
             AssetCheckResult(check_name="no_eval_overlap", passed=built.remaining_overlap == 0,
                              metadata={**counts, "remaining_overlap": built.remaining_overlap}),
-            AssetCheckResult(check_name="no_canary", passed=built.canary_rows == 0,
-                             metadata={"rows_with_canary": built.canary_rows}),
+            AssetCheckResult(check_name="no_leak_marker", passed=built.leak_marker_rows == 0,
+                             metadata={"rows_with_leak_marker": built.leak_marker_rows}),
         ],
     )
 
@@ -134,9 +135,6 @@ def _practice_rows(storage: ObjectStore, champion):
     for key in storage.list(layout.PRACTICE):
         if key.endswith(".parquet"):
             frame = storage.read_parquet(key)
-            for column in ("reference", "teacher"):  # made before wrong RL answers named a right one, or before
-                if column not in frame.columns:      # hinted successes kept their hinted prompt
-                    frame = frame.with_columns(pl.lit(None, pl.String).alias(column))
             if key != current:
                 frame = frame.filter(pl.col("source") != "rl").with_columns(source=pl.lit(EARLIER_PRACTICE))
             yield frame.select("prompt", "target", pl.lit(None, pl.String).alias("batch_id"), "source", "scale",

@@ -34,10 +34,10 @@ def read_set(eval_store: ObjectStore, key: str) -> dict:
 
 
 def load_anchor(eval_store: ObjectStore) -> dict:
-    """The curated suite, which also carries the canary."""
+    """The curated suite, which also carries the leak marker (a string planted in its items)."""
     suite = read_set(eval_store, layout.ANCHOR)
-    if not suite.get("items") or not suite.get("canary"):
-        raise ValueError(f"eval suite {eval_store.uri(layout.ANCHOR)} needs 'items' and a 'canary'")
+    if not suite.get("items") or not suite.get("leak_marker"):
+        raise ValueError(f"eval suite {eval_store.uri(layout.ANCHOR)} needs 'items' and a 'leak_marker'")
     return suite
 
 
@@ -91,8 +91,8 @@ def _grow(recipe, settings: Settings, eval_store: ObjectStore, registry: ModelRe
     answering the suite's edge): when the champion solves one of the
     suite's top RMI_EVAL_LEAD tiers of a skill, the next tiers are sealed into a new version of the grown set, as
     many as keep RMI_EVAL_LEAD of them past the highest it solves, and horizon slices past them when it still
-    answers the hardest a quarter right. Once per cycle, so a champion the gate kept is followed a step further
-    each cycle (growing once per champion froze a self-labelling climb after its first rejection)."""
+    answers the hardest a quarter right. Once per cycle, not once per champion, so a champion the gate kept is
+    followed a step further each cycle, and the cycle after a rejection is not held to the same reach."""
     from ..ml.curriculum import suite_growth
 
     champion = registry.version(CHAMPION)
@@ -101,8 +101,8 @@ def _grow(recipe, settings: Settings, eval_store: ObjectStore, registry: ModelRe
     version = f"{len(eval_store.list(layout.GROWN)) + 1:04d}"
     memo = remembered(recipe, registry, eval_store, champion)
     started = time.perf_counter()
-    new, added, scores = suite_growth(recipe, memo.correct, suite, settings.saturation, settings.eval_lead,
-                                      random.Random(f"grow-{settings.seed}-{version}"), settings.eval_items_per_slice)
+    new, added, scores = suite_growth(recipe, memo.correct, suite, settings.saturation, settings.evals.lead,
+                                      random.Random(f"grow-{settings.seed}-{version}"), settings.evals.items_per_slice)
     seconds = time.perf_counter() - started
     remember(eval_store, registry, champion, memo)
     if added:
@@ -117,7 +117,7 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
                eval_store: ObjectStore, warehouse: Warehouse, registry: ModelRegistry) -> MaterializeResult:
     """Grows, refreshes and mines the private eval sets in the sealed eval store (the next tiers sealed before the
     champion saturates the top ones, a fresh set drawn each cycle, users' corrected hard cases held out by hash),
-    then publishes what training may know (evals/manifest.json): item hashes, slice sizes and the canary string,
+    then publishes what training may know (evals/manifest.json): item hashes, slice sizes and the leak marker,
     never the items."""
     from ..ml.curriculum import horizon_problems
     from ..ml.hygiene import ngram_hashes
@@ -140,13 +140,14 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
     stamp = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{drawn}"
     rng = random.Random(f"refresh-{settings.seed}-{drawn}")
     refreshed = [vars(t) for t in recipe.build_eval_suite(
-        rng, settings.refreshed_items_per_slice, {s: [t for t in ts if (s, t) in dense] for s, ts in tiers.items()})]
+        rng, settings.evals.refreshed_items_per_slice,
+        {s: [t for t in ts if (s, t) in dense] for s, ts in tiers.items()})]
     refreshed += [vars(t) for s, t in sorted(horizon) for t in recipe.build_eval_suite(
-        rng, horizon_problems(settings.refreshed_items_per_slice, t, (s, t) in far),
+        rng, horizon_problems(settings.evals.refreshed_items_per_slice, t, (s, t) in far),
         {k: [t] if k == s else [] for k in recipe.skills})]
     eval_store.write_json(layout.refreshed(stamp), {"version": stamp, "items": refreshed})
 
-    mined = _mined(recipe, warehouse, settings.mined_share)
+    mined = _mined(recipe, warehouse, settings.evals.mined_share)
     eval_store.write_json(layout.mined(stamp), {"version": stamp, "items": mined})
 
     counts: dict[tuple[str, int], int] = {}
@@ -158,11 +159,11 @@ def eval_suite(context: AssetExecutionContext, settings: ResourceParam[Settings]
     # Slices too small to keep private (every problem is one a user will ask) are scored but not counted,
     # so training on their problems is no leak.
     sealed = [i for i in suite + refreshed if (i["skill"], i["tier"]) in private] + mined
-    ngram_n = settings.ngram_n or recipe.ngram_n
+    ngram_n = settings.evals.ngram_n or recipe.ngram_n
     manifest = {
         "version": anchor["version"], "grown_version": grown["version"], "refreshed_version": stamp,
         "mined_version": stamp,
-        "canary": anchor["canary"], "mined_share": settings.mined_share,
+        "leak_marker": anchor["leak_marker"], "mined_share": settings.evals.mined_share,
         "hashes": sorted({recipe.prompt_hash(i["prompt"]) for i in sealed}),
         "ngram_n": ngram_n,
         "ngram_hashes": sorted({h for i in sealed for h in ngram_hashes(i["prompt"], ngram_n)})

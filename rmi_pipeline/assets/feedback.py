@@ -30,7 +30,7 @@ from .partitions import feedback_batches
     kinds={"json", "parquet"},
     check_specs=[AssetCheckSpec("rows_valid", asset="feedback_batch", blocking=True,
                                 description="Every row meets the schema v1 expectation suite (Great Expectations); "
-                                            "the share of bad rows stays under RMI_MAX_BAD_SHARE.")],
+                                            "the share of bad rows stays under RMI_FEEDBACK_MAX_BAD_SHARE.")],
 )
 def feedback_batch(context: AssetExecutionContext, settings: ResourceParam[Settings],
                    storage: ObjectStore) -> MaterializeResult:
@@ -53,14 +53,14 @@ def check_batch(storage: ObjectStore, name: str, settings: Settings) -> tuple[di
     Returns (summary, rows_valid check metadata with `passed`)."""
     from ..schema import parse_batch
 
-    parsed = parse_batch(name, storage.read_bytes(layout.incoming(name)), name, settings.max_text_chars,
+    parsed = parse_batch(name, storage.read_bytes(layout.incoming(name)), name, settings.feedback.max_text_chars,
                          settings.cache_dir)
     events = add_slices(parsed.frame, settings.recipe)
     rows_in = parsed.rows_in
     bad_share = len(parsed.quarantined) / max(1, rows_in)
-    passed = bad_share <= settings.max_bad_share
+    passed = bad_share <= settings.feedback.max_bad_share
     if not passed:  # too broken to trust any of it: the whole batch waits in quarantine for a person
-        reason = f"batch quarantined whole: {bad_share:.0%} bad rows > {settings.max_bad_share:.0%}"
+        reason = f"batch quarantined whole: {bad_share:.0%} bad rows > {settings.feedback.max_bad_share:.0%}"
         parsed.quarantined += [{"row": None, "reason": reason, "raw": json.dumps(e, default=str)}
                                for e in events.to_dicts()]
         events = events.clear()
@@ -74,7 +74,7 @@ def check_batch(storage: ObjectStore, name: str, settings: Settings) -> tuple[di
                "duplicates_in_batch": parsed.duplicates, "quarantined_whole": not passed}
     storage.write_json(layout.validated_summary(name), summary)
     check = {
-        "passed": passed, "bad_share": round(bad_share, 4), "limit": settings.max_bad_share,
+        "passed": passed, "bad_share": round(bad_share, 4), "limit": settings.feedback.max_bad_share,
         "expectations_evaluated": parsed.expectations_evaluated,
         "failed_expectations": parsed.failed_expectations,  # expectation -> rows that fail it
         "rows_not_parsed": parsed.unparsed,  # never became a row (malformed JSON, invalid UTF-8, ...)

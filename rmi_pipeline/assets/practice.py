@@ -42,12 +42,14 @@ def practice(context: AssetExecutionContext, settings: ResourceParam[Settings], 
     key = f"{settings.seed}-{champion.version}-{events}" + (f"-retry{retry}" if retry else "")
     rng, seed = random.Random(f"practice-{key}"), turn_seed(settings.seed, champion.version, retry)
     down = warehouse.query("SELECT prompt FROM feedback_events WHERE model_version = ? AND rating = 'down' "
-                           "ORDER BY ts DESC, event_id LIMIT ?", [str(champion.version), 4 * settings.failed_prompts])
-    failed = retry_prompts(recipe, down["prompt"].to_list(), settings.mined_share, settings.failed_prompts)
+                           "ORDER BY ts DESC, event_id LIMIT ?",
+                           [str(champion.version), 4 * settings.practice.failed_prompts])
+    failed = retry_prompts(recipe, down["prompt"].to_list(), settings.evals.mined_share,
+                           settings.practice.failed_prompts)
     last = reach(recipe, storage.read_json(layout.EVAL_MANIFEST)["slices"])
     started = time.perf_counter()
     made = practise(recipe, model, mix, failed, rng, seed, practice=settings.practice, sampling=settings.sampling,
-                    self_labelling=settings.self_labelling, reach=last)
+                    self_labelling=settings.self_labelling, saturation=settings.saturation, reach=last)
     compute_seconds = time.perf_counter() - started  # the champion's decoding and the verifier
     if made.failed_prompts is not None:
         storage.write_json(layout.practice_failed(champion.version), {"prompts": made.failed_prompts})

@@ -11,8 +11,9 @@ from ..resources.notifier import Notifier
 from ..resources.registry import CANARY, CHALLENGER, CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..settings import Settings
-from .canary import STARTED_AT
 from .evaluation import candidate_evaluation
+
+STARTED_AT = "canary_started_at"  # model version tag: when the canary alias was set (Unix seconds)
 
 
 @asset(deps=[candidate_evaluation], group_name="promotion", kinds={"mlflow"}, output_required=False)
@@ -67,15 +68,28 @@ def champion(context: AssetExecutionContext, settings: ResourceParam[Settings], 
 def promotion_mode(settings: Settings, storage: ObjectStore, context) -> str:
     """RMI_PROMOTION, with `auto` made canary while a gateway of the champion serves users (a canary needs them),
     else offline."""
-    from .canary import serving_gateways
-
-    mode = settings.canary.promotion
+    mode = settings.promotion
     if mode != "auto":
         return mode
     gateways = serving_gateways(storage)
     context.log.info(f"RMI_PROMOTION=auto: {len(gateways)} gateway(s) of the champion serve users with a canary "
                      f"share, so promotion is {'canary' if gateways else 'offline'}")
     return "canary" if gateways else "offline"
+
+
+def serving_gateways(storage: ObjectStore) -> list[dict]:
+    """The gateways of the champion that said in the last PRESENCE_SECONDS * 3 that they serve, with a canary
+    share: where a canary would meet users."""
+    fresh = []
+    for key in storage.list(layout.GATEWAYS):
+        try:
+            said = storage.read_json(key)
+        except (FileNotFoundError, ValueError):  # one that stopped meanwhile, or a half-written file elsewhere
+            continue
+        if said.get("alias") == CHAMPION and said.get("canary_share", 0) > 0 and \
+                time.time() - float(said.get("at", 0)) < 3 * layout.PRESENCE_SECONDS:
+            fresh.append(said)
+    return fresh
 
 
 def champion_moved(instance, description: str, metadata: dict) -> AssetMaterialization:

@@ -1,6 +1,6 @@
 """The candidate model: Lightning training on the latest dataset, warm-started from the champion.
 
-Training runs out of this process, in the training program (`python -m rmi_pipeline.train_candidate`), launched
+Training runs out of this process, in the training program (`python -m rmi_pipeline.training.program`), launched
 through Dagster Pipes by the `training_launcher` resource: a local subprocess by default, a Kubernetes pod in a
 deployment. The program streams its progress here and reports its metrics and checkpoint; this asset then
 registers that checkpoint once, as an MLflow model version with the alias `challenger`, tagged so that any
@@ -22,7 +22,7 @@ from ..resources.storage import ObjectStore
 from ..settings import Settings
 from .dataset import training_dataset
 
-TRAINING_PROGRAM = [sys.executable, "-m", "rmi_pipeline.train_candidate"]
+TRAINING_PROGRAM = [sys.executable, "-m", "rmi_pipeline.training.program"]
 
 
 class CandidateConfig(Config):
@@ -45,8 +45,8 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, set
     version = storage.read_json(layout.DATASET_LATEST)["version"]
     manifest = storage.read_json(layout.dataset_manifest(version))
     champion = registry.version(CHAMPION)
-    steps = int((settings.train_steps if champion else settings.bootstrap_steps) * config.steps_multiplier)
-    max_seconds = settings.train_max_seconds if champion else settings.bootstrap_max_seconds
+    steps = int((settings.training.steps if champion else settings.training.bootstrap_steps) * config.steps_multiplier)
+    max_seconds = settings.training.max_seconds if champion else settings.training.bootstrap_max_seconds
     from_version = champion.version if champion else 0
     seed = turn_seed(settings.seed, from_version, registry.candidates_since(from_version))
     run_id_dagster = context.run.run_id
@@ -64,21 +64,20 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, set
         "recipe": settings.recipe,
         "dataset_version": version,
         "dataset_uri": storage.uri(layout.dataset_rows(version)),
-        "mix_weights": manifest.get("weights"),  # a row's weight by its source (None: in the file, as before)
-        "storage_options": {"endpoint_url": settings.s3_endpoint_url} if settings.s3_endpoint_url else {},
+        "mix_weights": manifest["weights"],  # a row's weight by its source
+        "storage_options": {"endpoint_url": endpoint} if (endpoint := settings.storage.s3_endpoint_url) else {},
         "warm_start_uri": _warm_start(champion.version, storage, registry) if champion else None,
         "checkpoint_uri": storage.uri(checkpoint_key),
-        "model_size": settings.model_size,
+        "model_size": settings.training.model_size,
         "steps": steps, "max_seconds": max_seconds, "seed": seed,
-        "batch_size": settings.batch_size, "learning_rate": settings.learning_rate,
+        "batch_size": settings.training.batch_size, "learning_rate": settings.training.learning_rate,
         "focus": list(config.focus), "focus_weight": config.focus_weight,
-        "hint_distillation": settings.hint_distillation,
-        "trainer": {"accelerator": settings.accelerator, "devices": settings.devices, "strategy": settings.strategy,
-                    "precision": settings.precision, "num_nodes": settings.num_nodes,
-                    "gradient_clip": settings.gradient_clip},
+        "hint_distillation": settings.practice.hint_distillation,
+        "trainer": settings.training.hardware(),
     }
     with registry.run(f"candidate-{version}", tags=lineage) as run_id:
-        params = {"steps": steps, "batch_size": settings.batch_size, "learning_rate": settings.learning_rate,
+        params = {"steps": steps, "batch_size": settings.training.batch_size,
+                  "learning_rate": settings.training.learning_rate,
                   "max_seconds": max_seconds, "seed": seed, "focus": ",".join(config.focus) or "none"}
         with warnings.catch_warnings():  # Dagster's own Pipes session calls one of its preview APIs
             warnings.simplefilter("ignore", PreviewWarning)

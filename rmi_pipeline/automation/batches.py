@@ -43,7 +43,7 @@ def register_batches(instance, names: list[str]) -> None:
 def batch_states(instance, names: list[str], storage, settings) -> dict[str, Batch]:
     """The state of each named batch: new (no partition yet), retry (its ingest failed or died, or never ran),
     landing (a run is in progress), backoff, landed, quarantined (too many bad rows: it waits for a person), or
-    given_up (failed RMI_INGEST_RETRIES + 1 times)."""
+    given_up (failed RMI_FEEDBACK_INGEST_RETRIES + 1 times)."""
     from dagster import DagsterRunStatus, RunsFilter
 
     landed = set(instance.get_materialized_partitions(feedback_events.key))
@@ -63,11 +63,12 @@ def batch_states(instance, names: list[str], storage, settings) -> dict[str, Bat
             out[name] = Batch(name, "landing", len(runs), last_run_id=last)
         elif runs and _quarantined_whole(storage, name):
             out[name] = Batch(name, "quarantined", len(runs), last_run_id=last)
-        elif len(runs) > settings.ingest_retries:
+        elif len(runs) > settings.feedback.ingest_retries:
             out[name] = Batch(name, "given_up", len(runs), last_run_id=last)
         else:
             record = instance.get_run_record_by_id(last) if last else None
-            ready = (record.end_time or 0) + settings.ingest_backoff_seconds * 2 ** (len(runs) - 1) if record else 0
+            backoff = settings.feedback.ingest_backoff_seconds * 2 ** (len(runs) - 1)
+            ready = (record.end_time or 0) + backoff if record else 0
             wait = max(0.0, ready - time.time())
             out[name] = Batch(name, "backoff" if wait else "retry", len(runs), wait, last)
     return out

@@ -23,6 +23,24 @@ from pathlib import Path
 
 import sqlalchemy
 import yaml
+from dagster.version import __version__ as dagster_version
+from packaging.specifiers import SpecifierSet
+
+# the Dagster this module's private names and overrides were written against (pyproject.toml pins the same range)
+SUPPORTED_DAGSTER = ">=1.13.27,<1.14"
+
+
+def check_dagster_version(version: str) -> None:
+    """Refuse a Dagster outside SUPPORTED_DAGSTER: its private storage classes may differ, and a home's runs and
+    events would be written by code nobody ran against them."""
+    if version not in SpecifierSet(SUPPORTED_DAGSTER):
+        raise RuntimeError(f"Dagster {version} is installed, but the home's storage (rmi_pipeline.automation."
+                           f"home_storage) supports dagster{SUPPORTED_DAGSTER} only: pip install "
+                           f"'dagster{SUPPORTED_DAGSTER}' (the production profile on PostgreSQL does not use it)")
+
+
+check_dagster_version(dagster_version)  # before the private imports below, which a changed Dagster may lack
+
 from dagster import DagsterInstance
 from dagster._core.execution.compute_logs import redirect_to_file
 from dagster._core.instance.ref import InstanceRef, compute_logs_directory

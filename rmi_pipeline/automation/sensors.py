@@ -18,8 +18,8 @@ from dagster import (
 )
 
 from ..assets import champion, champion_health, feedback_events, training_dataset
-from ..assets.canary import STARTED_AT
 from ..assets.partitions import can_be_partition, feedback_batches
+from ..assets.promotion import STARTED_AT
 from ..assets.training import CandidateConfig, candidate_model
 from ..resources import layout
 from ..resources.notifier import Notifier
@@ -34,8 +34,8 @@ from .jobs import canary_trial, improvement_cycle, ingest_feedback, waiting_to_s
         description="Every RMI_SENSOR_INTERVAL_SECONDS (30 s by default): each batch file new in "
                     "feedback/incoming/ (.jsonl, .jsonl.gz, .parquet) becomes a "
                     "feedback_batch partition and an ingest_feedback run; a batch whose ingest failed or died is "
-                    "ingested again (RMI_INGEST_RETRIES, doubling backoff), then a person is alerted. Files it "
-                    "cannot take (names Dagster refuses, links) are named in the tick's log.")
+                    "ingested again (RMI_FEEDBACK_INGEST_RETRIES, doubling backoff), then a person is alerted. Files "
+                    "it cannot take (names Dagster refuses, links) are named in the tick's log.")
 def new_feedback_sensor(context: SensorEvaluationContext, settings: ResourceParam[Settings], storage: ObjectStore,
                         notifier: Notifier):
     """Compares the landed files with the batches that landed in the warehouse, so no file is missed or stranded."""
@@ -97,7 +97,7 @@ def enough_feedback_sensor(context: SensorEvaluationContext, settings: ResourceP
         AssetRecordsFilter(asset_key=feedback_events.key, after_storage_id=after), limit=10000).records
     pending = sum(int(r.asset_materialization.metadata["ingested"].value) for r in records
                   if "ingested" in r.asset_materialization.metadata)
-    threshold = settings.cycle_min_new_events
+    threshold = settings.automation.cycle_min_new_events
     if pending < threshold:
         return SkipReason(f"{pending} new feedback events since the last dataset (a cycle starts at {threshold})")
     active = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
@@ -139,8 +139,6 @@ def regression_sensor(context: SensorEvaluationContext, settings: ResourceParam[
            for r in instance.get_runs(RunsFilter(job_name=improvement_cycle.name), limit=5)):
         return SkipReason("a cycle is already running")
     version, slices = meta["champion_version"].value, meta["regressed_slices"].value
-    if isinstance(slices, str):  # recorded before the slices were a JSON list: "add/3, sub/5"
-        slices = [s.strip() for s in slices.split(",") if s.strip() not in ("", "none")]
     named = ", ".join(slices)
     tags = {"rmi/trigger": "regression", "rmi/champion": version}
     attempts = instance.get_runs(RunsFilter(job_name=improvement_cycle.name, tags=tags))

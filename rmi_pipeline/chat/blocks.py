@@ -1,8 +1,16 @@
-"""Block Kit pieces the replies and alerts are made of (https://api.slack.com/block-kit)."""
+"""Block Kit pieces the replies and alerts are made of (https://api.slack.com/block-kit), and a reply itself."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 MAX_TEXT = 2900  # a section's text may hold 3,000 characters
+
+
+@dataclass
+class Reply:
+    text: str  # the notification's text, and what a client without blocks shows
+    blocks: list[dict] = field(default_factory=list)
 
 
 def escape(text: str) -> str:

@@ -12,9 +12,10 @@ Every text is untrusted: it is split into words and matched against these forms,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import blocks
+from .blocks import Reply
 from .dagster_api import DagsterAPI
 
 USAGE = ("`/rmi status` | `/rmi promote VERSION reason...` | `/rmi rollback reason...` | `/rmi cycle [slice ...]` | "
@@ -36,12 +37,6 @@ class Command:
     @property
     def acts(self) -> bool:
         return self.name in ACTS
-
-
-@dataclass
-class Reply:
-    text: str  # the notification's text, and what a client without blocks shows
-    blocks: list[dict] = field(default_factory=list)
 
 
 def parse(text: str) -> Command:
@@ -66,18 +61,29 @@ def parse(text: str) -> Command:
     raise Refused(f"I do not know `{' '.join(words)[:80]}`. Commands: {USAGE}")
 
 
+def from_button(kind: str, value: dict, alert: str) -> Command:
+    """What a button on an alert asks for (resources/notifier.py BUTTONS); `value` is the button's own data."""
+    if kind == "rollback":
+        return Command("rollback", reason=f"Roll back, from {alert}")
+    if kind == "promote":
+        return Command("promote", version=str(value.get("version", "")), reason=f"Promote anyway, from {alert}")
+    if kind == "cycle":
+        return Command("cycle", slices=tuple(value.get("slices", [])))
+    raise Refused(f"no command behind the button {kind!r}")
+
+
 def _reason(what: str, words: list[str]) -> str:
     if not words:
         raise Refused(f"{what} needs a reason: an action without one is not auditable")
     return " ".join(words)[:500]
 
 
-class Steering:
+class CommandRunner:
     """Carries out a parsed command for a person (`who`: "slack:U123 (name)") and says what happened."""
 
     def __init__(self, settings):
         self.settings = settings
-        self.dagster = DagsterAPI(settings.ui_url)
+        self.dagster = DagsterAPI(settings.ui.url)
 
     def warm(self) -> None:
         """Import Dagster and open the registry once, before the first request (a cold first reply took 6 s)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import blocks
-from .commands import Reply
+from .blocks import Reply
 
 CYCLES_SHOWN = 5
 SLICES_SHOWN = 8  # the gate's slices that moved most

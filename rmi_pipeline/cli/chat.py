@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 
 from ..settings import Settings
-from .home import prepare_home, say, server_logging
+from .extras import require
+from .home import prepare_home, run_server, server_logging
 
 
 def chat(
@@ -17,18 +18,14 @@ def chat(
 ) -> int:
     """Steer the loop from Slack: the /rmi command (status | promote | rollback | cycle | pause | resume | canary
     abort) and alert buttons, at /slack/events. Settings: RMI_SLACK_SIGNING_SECRET, RMI_SLACK_BOT_TOKEN,
-    RMI_SLACK_ALLOWED_USERS, RMI_UI_URL (README: Steer the loop from Slack)."""
+    RMI_SLACK_ALLOWED_USERS, RMI_UI_URL (docs/how-to/slack.md)."""
+    require("chat", "rmi chat")
     settings = Settings()
     prepare_home(settings)
-    import uvicorn
-
     from ..chat.app import build_asgi
 
     server_logging()
-    app = build_asgi(settings)
     users = len(settings.chat.allowed_users)
-    say(f"rmi chat: Slack requests on http://{host}:{port}/slack/events (signed requests only; "
-        f"{users} Slack users may act; Dagster at {settings.ui_url}; Ctrl-C stops it)")
-    uvicorn.run(app, host=host, port=port, log_level="info", access_log=False,
-                timeout_graceful_shutdown=10)
-    return 0
+    return run_server(build_asgi(settings), host, port, f"rmi chat: Slack requests on http://{host}:{port}"
+                      f"/slack/events (signed requests only; {users} Slack users may act; Dagster at "
+                      f"{settings.ui.url}; Ctrl-C stops it)")

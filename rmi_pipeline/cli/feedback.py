@@ -31,7 +31,7 @@ def ingest(
                                   "is what was handed over).")] = False,
 ) -> int:
     """Validate a feedback file, land it in feedback/incoming/ under its name and ingest it now (the same sensor
-    tick and ingest job as the daemon). Settings: RMI_MAX_BAD_SHARE, RMI_MAX_TEXT_CHARS."""
+    tick and ingest job as the daemon). Settings: RMI_FEEDBACK_MAX_BAD_SHARE, RMI_FEEDBACK_MAX_TEXT_CHARS."""
     from ..assets.partitions import can_be_partition
     from ..resources import layout
     from ..schema import SUFFIXES, is_batch_file, parse_batch
@@ -46,14 +46,14 @@ def ingest(
         raise ValueError(f"{name!r} is not a batch name: it must end in {' / '.join(SUFFIXES)}, not start with "
                          "'.', and hold no '...' or control characters")
     data = path.read_bytes()
-    parsed = parse_batch(name, data, name, settings.max_text_chars, settings.cache_dir)
+    parsed = parse_batch(name, data, name, settings.feedback.max_text_chars, settings.cache_dir)
     say(f"{name}: {parsed.rows_in} rows, {parsed.frame.height} valid, {parsed.duplicates} repeated in the file, "
         f"{len(parsed.quarantined)} bad")
     for reason, count in _top_reasons(parsed.quarantined):
         say(f"  {count:>6}  {reason}")
     bad_share = len(parsed.quarantined) / max(1, parsed.rows_in)
-    if bad_share > settings.max_bad_share:
-        say(f"not landed: {bad_share:.0%} bad rows > RMI_MAX_BAD_SHARE {settings.max_bad_share:.0%}; "
+    if bad_share > settings.feedback.max_bad_share:
+        say(f"not landed: {bad_share:.0%} bad rows > RMI_FEEDBACK_MAX_BAD_SHARE {settings.feedback.max_bad_share:.0%}; "
             "the pipeline would quarantine the whole batch")
         return 1
     if dry_run:

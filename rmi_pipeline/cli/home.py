@@ -14,8 +14,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]  # a checkout's root, where dags
 # serve/: the gateway's log, whose events belong to the old store; alerts_sent.json: alerts an old run raised,
 # whose keys (champion v1, v2, ...) the new run's alerts would repeat and so never be sent
 STATE = ("store", "dagster", "mlartifacts", "mlflow.db", "warehouse.sqlite", "warehouse.sqlite-journal",
-         "warehouse_files", "warehouse.duckdb", "warehouse.pre-lakehouse.duckdb", "learning_curve.png",
-         "run_summary.json", "serve", "serve.log", "world.log", "alerts_sent.json")
+         "warehouse_files", "learning_curve.png", "run_summary.json", "serve", "serve.log", "world.log",
+         "alerts_sent.json")
 # the eval sets the loop wrote: tiers an earlier run's champions grew would face a fresh loop's first model
 EVAL_STATE = (layout.GROWN, layout.REFRESHED, layout.MINED, layout.ANSWERS)
 
@@ -30,7 +30,7 @@ def prepare_home(settings: Settings, fresh: bool = False) -> Path:
             raise FileNotFoundError(f"RMI_DAGSTER_YAML={template} is not a file")
     if fresh:
         targets = [home / name for name in STATE]
-        if settings.eval_url is None:  # the eval store in RMI_HOME; one set elsewhere is not only this loop's
+        if settings.evals.url is None:  # the eval store in RMI_HOME; one set elsewhere is not only this loop's
             targets += [home / "evals" / name for name in EVAL_STATE] + _simulated_anchor(home / "evals")
         for target in targets:
             shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
@@ -97,3 +97,12 @@ def server_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("mlflow", "alembic", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def run_server(app, host: str, port: int, ready: str, access_log: bool = False) -> int:
+    """Say where the server answers, then serve until Ctrl-C; requests in flight get 10 s to finish."""
+    import uvicorn
+
+    say(ready)
+    uvicorn.run(app, host=host, port=port, log_level="info", access_log=access_log, timeout_graceful_shutdown=10)
+    return 0

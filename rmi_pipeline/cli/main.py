@@ -12,7 +12,7 @@
     rmi promote VERSION --reason T   a person overrides the gate (audited)
     rmi rollback --reason T          back to the previous champion (audited)
 
-Every help page shows the defaults; settings come from RMI_* environment variables (README: Settings).
+Every help page shows the defaults; settings come from RMI_* environment variables (docs/reference/settings.md).
 """
 
 from __future__ import annotations
@@ -27,13 +27,15 @@ import typer
 from ..settings import Settings
 from . import feedback
 from .chat import chat
+from .extras import require
 from .home import prepare_home, reach_stores, say
 from .overrides import promote, rollback
 from .run import run
 from .serve import serve
 from .ui import ui
 
-SETTINGS = "Settings: RMI_* environment variables; RMI_HOME holds the loop's state (default ./.rmi). README: Settings."
+SETTINGS = ("Settings: RMI_* environment variables (every one: docs/reference/settings.md); RMI_HOME holds the "
+            "loop's state (default ./.rmi).")
 
 app = typer.Typer(name="rmi", help="Recursive model improvement on Dagster: feedback -> data -> training -> honest "
                   "evals -> promotion, turning by itself.", epilog=SETTINGS, no_args_is_help=True,
@@ -78,6 +80,7 @@ def simulate(
     gateway: Annotated[str | None, typer.Option(help="URL of a running `rmi serve` (default: start one).")] = None,
 ) -> int:
     """Simulated users ask the champion through the gateway; their feedback lands as batch files."""
+    require("serve", "rmi simulate")
     settings = Settings()
     prepare_home(settings)
     from contextlib import nullcontext

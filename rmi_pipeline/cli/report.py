@@ -215,7 +215,7 @@ def _canary(settings, registry, storage) -> str:
     """The canary on trial, since when, and what its latest verdict said."""
     from datetime import datetime
 
-    from ..assets.canary import STARTED_AT
+    from ..assets.promotion import STARTED_AT
     from ..resources import layout
 
     mv = registry.version(CANARY)

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from ..settings import Settings
+from .extras import require
 from .home import prepare_home, reach_stores, say
 
 
@@ -23,13 +24,14 @@ def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles afte
                                                             "stays).")] = False) -> int:
     """The whole loop against the simulated world: users ask `rmi serve`, their feedback lands, each cycle trains,
     judges and promotes through Dagster, MLflow and DuckDB; then a table and a learning curve. Settings: RMI_HOME,
-    RMI_SIM_QUERIES_PER_CYCLE, RMI_TRAIN_STEPS, RMI_MIX, RMI_PROMOTION (README: Settings)."""
+    RMI_SIM_QUERIES_PER_CYCLE, RMI_TRAIN_STEPS, RMI_MIX, RMI_PROMOTION (docs/reference/settings.md)."""
+    require("serve", "rmi run")  # the world's users ask through the gateway
     # the world asks RMI_SIM_QUERIES_PER_CYCLE questions a cycle: a canary trial takes half of one cycle's users
     # and ends with their ratings, before the next cycle trains (a 10% share would need 4 cycles of users)
     os.environ.setdefault("RMI_CANARY_SHARE", "0.5")
     settings = Settings()
-    os.environ.setdefault("RMI_CANARY_MIN_EVENTS", str(int(0.9 * settings.canary_share *
-                                                           settings.sim_queries_per_cycle)))
+    os.environ.setdefault("RMI_CANARY_MIN_EVENTS", str(int(0.9 * settings.canary.share *
+                                                           settings.world.queries_per_cycle)))
     settings = Settings()
     home = prepare_home(settings, fresh=fresh)
     say(f"rmi run: a first model, then {cycles} improvement cycle(s); state in {home}")
@@ -38,7 +40,7 @@ def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles afte
     from ..automation.dead_runs import fail_dead_runs
     from ..definitions import build_definitions
     from ..serving.process import running_gateway
-    from ..training_worker import stop_training_workers
+    from ..training.worker import stop_training_workers
     from .report import learning_curve, summary_table, write_summary
     from .simulation import rounds
 
@@ -135,7 +137,7 @@ def _cycles(cycles: int, defs, instance, users) -> list:
             if not result.success:
                 break  # said above: the run failed, not the first model
             say("[cycle 0] no first model reached the floor, so nothing can serve users yet; try more "
-                "RMI_BOOTSTRAP_STEPS or a lower RMI_GATE_FIRST_FLOOR")
+                "RMI_TRAIN_BOOTSTRAP_STEPS or a lower RMI_GATE_FIRST_FLOOR")
             break
     return records
 

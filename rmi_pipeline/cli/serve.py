@@ -11,7 +11,8 @@ from typing import Annotated
 import typer
 
 from ..settings import Settings
-from .home import prepare_home, say, server_logging
+from .extras import require
+from .home import prepare_home, run_server, server_logging
 
 
 def serve(
@@ -23,11 +24,11 @@ def serve(
     exit_with_parent: Annotated[bool, typer.Option(hidden=True)] = False,  # how `rmi run` starts it
 ) -> int:
     """Answer with the champion and take feedback over HTTP: POST /v1/answers, /v1/completions (OpenAI),
-    /v1/feedback; GET /, /healthz, /readyz, /metrics. Settings: RMI_SERVE_* (README)."""
+    /v1/feedback; GET /, /healthz, /readyz, /metrics (docs/reference/http-api.md). Settings: RMI_SERVE_*
+    (docs/reference/settings.md#serving)."""
+    require("serve", "rmi serve")
     settings = Settings()
     prepare_home(settings)
-    import uvicorn
-
     from ..serving.app import build_app
 
     server_logging()
@@ -35,11 +36,9 @@ def serve(
         _exit_with_parent()
     app = build_app(settings, alias=alias)
     keys = len(settings.serving.api_keys)
-    say(f"rmi serve: {settings.model_name}@{alias} on http://{host}:{port} "
-        f"({f'{keys} API keys' if keys else 'no API keys: anyone who can reach it may call it'}; Ctrl-C stops it)")
-    uvicorn.run(app, host=host, port=port, log_level="info", access_log=access_log,
-                timeout_graceful_shutdown=10)
-    return 0
+    return run_server(app, host, port, f"rmi serve: {settings.model_name}@{alias} on http://{host}:{port} "
+                      f"({f'{keys} API keys' if keys else 'no API keys: anyone who can reach it may call it'}; "
+                      "Ctrl-C stops it)", access_log)
 
 
 def _exit_with_parent() -> None:

@@ -20,7 +20,7 @@ from typing import Annotated
 import typer
 
 from ..settings import Settings
-from ..training_worker import stop_training_workers
+from ..training.worker import stop_training_workers
 from .home import prepare_home, say
 
 QUIET_TICKS = ("Checking for new runs for sensor", "Checking for new runs for schedule", "Skipping ")

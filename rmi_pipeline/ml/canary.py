@@ -95,8 +95,8 @@ def compare_all(periods: dict[str, list[Period]], confidence: float, tolerance: 
 def judge(periods: dict[str, list[Period]], *, confidence: float, tolerance: float, min_events: int,
           timed_out: bool, canary_version: str, champion_version: str) -> CanaryVerdict:
     """The verdict over every slice: abort when the canary is worse on one, promote when it has answered
-    `min_events` rated questions and is worse on none; `timed_out` decides on what there is (see README: the
-    offline gate already found the canary better, so a canary users did not find worse is promoted)."""
+    `min_events` rated questions and is worse on none; `timed_out` decides on what there is: the offline gate
+    already found the canary better, so a canary users did not find worse is promoted."""
     slices = compare_all(periods, confidence, tolerance)
     judged = [s for s in slices if s.judged]
     n1, n0 = sum(s.canary_rated for s in slices), sum(s.champion_rated for s in slices)

@@ -22,31 +22,28 @@ LOOKS = 3  # a probe asks its problems in this many parts, the next only while i
 
 def problems_at(n: int, tier: int) -> int:
     """How many of `n` asked problems to make at `tier`: all up to FULL_COUNT_TIER, past it fewer in proportion, so a
-    tier's problems hold about as many answer tokens however long they are. Decoding is quadratic in length (a
-    70-digit sum costs about 28 times an 8-digit one, bench/decoding.py): at a count fixed per tier, one cycle's
-    practice went from 54 s to over 4 minutes as the frontier went from 35 digits to about 70."""
+    tier's problems hold about as many answer tokens however long they are. Decoding is quadratic in length (in
+    the arithmetic recipe a 70-digit sum costs about 28 times an 8-digit one, bench/decoding.py)."""
     return max(1, n * min(tier, FULL_COUNT_TIER) // max(tier, 1))
 
 
 def measured_at(n: int, tier: int) -> int:
     """problems_at, but never under FEWEST (or `n`): what measures a tier, to find an edge or to seal a slice the
-    gate counts, where each slice weighs the same. A climb's candidate gained +0.008, +0.006 of it on a slice of 2
-    items (516-digit sums, 0 -> 2 right), and the randomization test rightly called it chance (p 0.016), while its
-    +0.13 on 31 items of 515 digits weighed no more. 27 of 30 right is the 0.9 edge."""
+    gate counts. Every slice weighs the same in the gate, so a slice of a few items would move the gain as much as
+    a full one while measuring far less. 27 of 30 right is the 0.9 edge."""
     return max(min(n, FEWEST), problems_at(n, tier))
 
 
 def horizon_problems(n: int, tier: int, far: bool) -> int:
     """How many of `n` problems a horizon slice holds, sealed or refreshed: measured_at, but a far one problems_at's
-    few: both models nearly always fail it, and it is the suite's longest slice (with 30 sums of 1,000 digits there,
-    a make run's cycle took 66 s to grow the suite and 54 s to evaluate)."""
+    few: both models nearly always fail it, and its problems are the suite's longest, the costliest to decode."""
     return (problems_at if far else measured_at)(n, tier)
 
 
 def share_right(judge, items: list, at: float, looks: int = LOOKS) -> float:
     """The share of `items` that `judge(part)` (a boolean each) passes, of those asked: a `looks`-th of them at a
     time, until the share over all of them is sure to reach `at` or sure not to. Far from an edge a probe is
-    decided by its first third (a climb's edge search took 0.59 of its time, bench/edge_search.py)."""
+    decided by its first third (bench/edge_search.py compares an edge search that probes so with whole probes)."""
     right = asked = 0
     for look in range(looks):
         part = items[asked:len(items) * (look + 1) // looks]
@@ -79,9 +76,8 @@ def first_unsolved(solves, first: int, last: int, within: float = 0.0) -> int:
 
 def reach(recipe, slices: list[dict]) -> dict[str, int]:
     """{skill: the hardest tier worth practising}: the eval suite's top tier (the manifest's `slices`, horizon slices
-    aside), which grows ahead of the champion. Past it the gate sees only horizon slices, and the
-    problems there cost the most: with no such bound, a champion that generalized to 190-digit sums while the suite
-    held 28 spent 111 s of its cycle practising them and 130 s training on them."""
+    aside), which grows ahead of the champion. Past it the gate sees only horizon slices, and the problems there
+    cost the most to make and to train on."""
     top = {s: max((int(x["tier"]) for x in slices if x["skill"] == s and not x.get("horizon")),
                   default=recipe.hardest_tier) for s in recipe.skills}
     return {s: min(t, recipe.hardest_tier) for s, t in top.items()}
@@ -90,9 +86,8 @@ def reach(recipe, slices: list[dict]) -> dict[str, int]:
 def frontier(recipe, model, rng: random.Random, per_tier: int, saturation: float,
              last: dict[str, int]) -> tuple[dict, dict]:
     """({skill: practice tier}, {"skill/tier": accuracy}) for the tiers measured on the way up to `last[skill]`;
-    a skill solved up to it gets last + 1: nothing is left there that the gate could see, and its longest problems
-    cost the most to make and to train on (in `make run`, cycles 4-5 practised at the reach: the champion already
-    solved 99% of those problems, and the cycle's 1,000 steps took 69 s against 43 s with 10-digit practice)."""
+    a skill solved up to it gets last + 1 (it practises nothing): nothing is left there that the gate could see, and
+    its longest problems cost the most to make and to train on."""
     tiers, accuracy = {}, {}
     for skill in recipe.skills:
         def solves(tier: int, skill: str = skill) -> bool:
@@ -132,12 +127,12 @@ def suite_growth(recipe, correct, items: list[dict], saturation: float, lead: in
     one, the next tiers are drawn and scored one at a time while it solves them (a champion may climb many tiers in
     a cycle), at most GROWTH_PER_CYCLE tiers past the top and up to the recipe's hardest: a champion far past the
     suite is followed over several cycles, so the eval's cost grows by a bounded step. A model that generalizes
-    further than that (this recipe's addition: 60-85 digits after a cycle or two) still answers the suite's hardest
-    slice at HORIZON or better, and then two horizon slices are sealed past it (items marked "horizon"): the first
-    tier it answers under HORIZON, and FAR times as many digits (marked "far"). When the model answers every horizon
-    slice short of a far one, a near one is sealed again past them. Counted by the gate, so the next gain out there
-    shows, but not tiers practice reaches or the suite grows from. And where the model solves past every slice it
-    solves, an edge slice (marked "horizon" and "edge") is sealed at its reach (edge_slice)."""
+    further than that still answers the suite's hardest slice at HORIZON or better, and then two horizon slices are
+    sealed past it (items marked "horizon"): the first tier it answers under HORIZON, and FAR times that tier
+    (marked "far"). When the model answers every horizon slice short of a far one, a near one is sealed again past
+    them. Counted by the gate, so the next gain out there shows, but not tiers practice reaches or the suite grows
+    from. And where the model solves past every slice it solves, an edge slice (marked "horizon" and "edge") is
+    sealed at its reach (edge_slice)."""
     from .tasks import Task
 
     by_slice: dict[tuple[str, int], list[Task]] = {}
@@ -180,8 +175,7 @@ def suite_growth(recipe, correct, items: list[dict], saturation: float, lead: in
         failing = [t for t in horizons if not solves(skill, t, by_slice[(skill, t)], at=HORIZON)]
         if failing:
             # past a near slice it now answers, only the far one is left, and nothing measures the gains between
-            # them (a climb's champion solved 170-digit sums while the suite's stopped at 140 and 1,000 digits, and
-            # its next candidate's gain did not show): a near slice again, just past what it answers
+            # them: a near slice again, just past what it answers
             passed = [t for t in horizons if t < failing[0]]
             found = horizon(recipe, correct, skill, passed[-1], rng, per_tier, scores) \
                 if (skill, failing[0]) in far and passed else None
@@ -197,7 +191,7 @@ def suite_growth(recipe, correct, items: list[dict], saturation: float, lead: in
         tier, tasks = found
         new.extend({**vars(t), "horizon": True} for t in tasks)
         far_tier = min(FAR * tier, recipe.hardest_tier)
-        if far_tier > tier:  # a cycle may carry a champion far past `tier` (here: from <25% at 27 digits to 50% at 108)
+        if far_tier > tier:  # a cycle may carry a champion far past `tier`: a second slice keeps the headroom
             further = recipe.build_eval_suite(rng, horizon_problems(per_tier, far_tier, far=True),
                                               {s: [far_tier] if s == skill else [] for s in recipe.skills})
             solves(skill, far_tier, further)
@@ -218,9 +212,8 @@ def edge_slice(recipe, correct, skill: str, dense_top: int, tiers: list[int], sa
                per_tier: int, scores: dict) -> list | None:
     """measured_at problems at the highest tier the model solves (at `saturation`), when it solves the top dense
     tier and the slices past it up to some slice (`tiers`, scored in `scores`) and fresh problems past that one too:
-    else no slice sees its reach. A climb's champion solved 358-digit sums while its suite's slices stood at 226
-    (solved) and 482 (under HORIZON); the gate promoted a candidate that solved 262 (300-digit sums 0.64 right
-    against 1.00), on a gain of +0.003 from a few short sums."""
+    else no slice sees its reach, and the gate could promote a candidate that reaches less far on a small gain
+    elsewhere."""
     below = None
     for tier in (t for t in tiers if t >= dense_top):
         if scores.get(slice_name(skill, tier), 0.0) < saturation:

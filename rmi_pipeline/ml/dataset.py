@@ -33,7 +33,7 @@ class Built:
     batches: set[str] = field(default_factory=set)  # feedback batches with a usable row, in the mix or not
     new_feedback_rows: int = 0  # usable rows of batches the champion did not learn from
     unusable: int = 0  # not a prompt or a target the recipe can train on
-    canary_rows: int = 0
+    leak_marker_rows: int = 0  # rows holding the eval suite's leak marker
     removed: Counter = field(default_factory=Counter)  # removed_eval_overlap, held_out_mined, removed_ngram_overlap
     remaining_overlap: int = 0
     digest: str = ""  # of the rows' prompts and targets: part of the version's name
@@ -56,8 +56,9 @@ def build(chunks, recipe, evals: dict, trained_batches: set[str], shares: dict[s
             if chunk.is_empty():
                 continue
             chunk = chunk.select(pl.col(name).cast(kind) for name, kind in schema().items())
-            built.canary_rows += chunk.filter(pl.col("prompt").str.contains(evals["canary"], literal=True)
-                                              | pl.col("target").str.contains(evals["canary"], literal=True)).height
+            marker = evals["leak_marker"]
+            built.leak_marker_rows += chunk.filter(pl.col("prompt").str.contains(marker, literal=True)
+                                                   | pl.col("target").str.contains(marker, literal=True)).height
             parsed = recipe.parse_prompts(chunk["prompt"])
             usable = chunk.hstack(parsed.drop("valid").get_columns()).filter(
                 parsed["valid"] & recipe.valid_completions(chunk["target"]))

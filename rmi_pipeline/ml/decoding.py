@@ -1,6 +1,6 @@
 """Batched decoding: one forward pass per new token for the whole batch, greedy or sampled.
 
-`ban` forbids one token at one step of a row (a coach's hint: "that digit is wrong"); `temperature` > 0 samples,
+`ban` forbids one token at one step of a row (a coach's hint: "that token is wrong"); `temperature` > 0 samples,
 which is how the model proposes several answers to one problem (RL groups, self-labelling votes). A model whose
 forward takes a `cache` (ml.gpt.GPT) keeps the keys and values of the tokens so far and is given only the new
 token each step (about 6x faster for arithmetic, bench/decoding.py); any other model sees the whole sequence.
@@ -13,9 +13,8 @@ import inspect
 import torch
 
 # query-key pairs of attention scores in one batch's first forward pass (rows x prompt tokens squared): ml.gpt's
-# scores cost about 31 bytes a pair there, so 2^26 pairs take about 2 GB. A fixed 2,048 rows did not bound it: 640
-# sampled answers to 500-digit sums (1,002 prompt tokens) asked for about 20 GB, and a climb's benchmark process was
-# killed for memory probing a champion at 1,000 digits.
+# scores cost about 31 bytes a pair there, so 2^26 pairs take about 2 GB. A fixed row count does not bound memory:
+# it grows with the square of the prompt's length.
 PREFILL_PAIRS = 2**26
 
 

@@ -6,8 +6,8 @@ A challenger is promoted only if
   one-sided level): a gain the eval's noise could explain is not a gain;
 - no slice falls by more than `slice_tolerance`, significantly: a sign test on the items where the two models
   differ (McNemar's exact test), at the interval's one-sided level after the Benjamini-Hochberg step over every
-  slice. The suite grows a slice per tier, and at 80 slices the per-slice rule (any interval wholly below zero) flagged
-  a slice of two equal models in 52% of trials (bench/gate_bootstrap.py): each promotion was a lottery;
+  slice. The suite grows a slice per tier, and at 80 slices the per-slice rule (any interval wholly below zero) flags
+  a slice of two equal models in 52% of trials (bench/gate_bootstrap.py): each promotion would be a lottery;
 - no leak signal: on a set it could have seen (the public set, the frozen anchor) it does not gain more than
   `leak_gap` beyond what it gains on a set it cannot have seen (the private pool, the fresh refreshed set).
 With no champion, the first model is promoted if the lower bound of its score reaches `first_floor`.

@@ -38,7 +38,7 @@ def retry_prompts(recipe, thumbs_down: list[str], mined_share: float, limit: int
 
 
 def practise(recipe, model, mix: dict[str, float], failed: list[str], rng: random.Random, seed: int, *,
-             practice: Practice, sampling: Sampling, self_labelling: SelfLabelling,
+             practice: Practice, sampling: Sampling, self_labelling: SelfLabelling, saturation: float,
              reach: dict[str, int] | None = None) -> Practised:
     """Every source of SOURCES with a share in `mix`, from the champion `model` and its failed prompts; generated
     problems go up to `reach[skill]` (curriculum.reach; None: the recipe's hardest tier)."""
@@ -49,7 +49,7 @@ def practise(recipe, model, mix: dict[str, float], failed: list[str], rng: rando
     last = reach or {skill: recipe.hardest_tier for skill in recipe.skills}
     problems: list[str] = []
     if mix["practice"] or mix["rl"] or mix["hint_distill"]:
-        tiers, accuracy = frontier(recipe, model, rng, FRONTIER_PROBLEMS, practice.saturation, last)
+        tiers, accuracy = frontier(recipe, model, rng, FRONTIER_PROBLEMS, saturation, last)
         span = {skill: list(range(tier, min(tier + practice.tiers, last[skill] + 1)))
                 for skill, tier in tiers.items()}  # empty for a skill solved up to its reach
         problems = [t.prompt for skill, tiers_of in span.items() if tiers_of for t in recipe.sample_tasks(
@@ -58,7 +58,7 @@ def practise(recipe, model, mix: dict[str, float], failed: list[str], rng: rando
         out.meta |= {f"accuracy {s}": round(a, 3) for s, a in accuracy.items()}
         out.meta["practice_problems"] = len(problems)
     # practice and RL learn from the same sampled attempts: sampled once
-    attempts = (recipe.sample(model, problems, sampling.samples, sampling.temperature, seed)
+    attempts = (recipe.sample(model, problems, sampling.rollouts, sampling.temperature, seed)
                 if mix["practice"] or mix["rl"] else [])
     if mix["practice"]:  # harder tasks: keep the first sampled answer the verifier accepts
         for prompt, group in zip(problems, attempts, strict=True):
@@ -67,7 +67,7 @@ def practise(recipe, model, mix: dict[str, float], failed: list[str], rng: rando
                 out.rows.append({"prompt": prompt, "target": right, "source": "practice"})
         out.meta["practice_solved"] = len(out.rows)
     if mix["rl"]:
-        groups = recipe.sample(model, failed, sampling.samples, sampling.temperature, seed + 1) + attempts
+        groups = recipe.sample(model, failed, sampling.rollouts, sampling.temperature, seed + 1) + attempts
         ro = rollouts(recipe, failed + problems, groups)
         out.rows += [{**r, "source": "rl"} for r in ro.rows]
         out.meta |= {"rl_prompts": ro.prompts, "rl_informative_groups": ro.informative_groups,
@@ -79,7 +79,8 @@ def practise(recipe, model, mix: dict[str, float], failed: list[str], rng: rando
                      co.solved_with_hint, "coach_solved_without_hint": co.solved_without_hint}
         out.failed_prompts = co.failed_prompts
     if mix["self_label"]:
-        sl = self_label(recipe, model, rng, self_labelling, seed + 3, last)
+        sl = self_label(recipe, model, rng, self_labelling, seed + 3, last, tiers=practice.tiers,
+                        temperature=sampling.temperature, saturation=saturation)
         out.rows += [{**r, "source": "self_label"} for r in sl.rows]
         out.meta |= {"self_labels": len(sl.rows), **{f"self_labels {st}": n for st, n in sl.kept.items()}}
     return out

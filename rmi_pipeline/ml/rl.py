@@ -4,14 +4,15 @@ Rollouts: k sampled answers per prompt, each rewarded by the verifier; an answer
 against its group's mean, in units of the group's spread (group-relative policy gradient). A group whose answers
 all score alike teaches nothing and is dropped. Training then scales each sampled answer's loss by its advantage.
 A wrong answer is pushed down only at its first mistake, the token where it leaves a right answer of its group,
-with the weight one token of a right answer gets: the tokens before are right (a wrong sum is mostly right
-digits), those after follow from the mistake, and pushing whole wrong answers down cost the anchor up to 0.13 in
-bench/ablation.py.
+with the weight one token of a right answer gets: the tokens before are right (in arithmetic, a wrong sum is
+mostly right digits), those after follow from the mistake, and pushing whole wrong answers down cost the anchor
+up to 0.13 in bench/ablation.py.
 
 Coaching: a failed first attempt gets the verifier's critique back as a hint for a second attempt (the recipe
 decides what a hint is: words in the prompt, or a decoding constraint); a hinted success becomes a plain (prompt,
 answer) row, so the model learns to do unaided what it did with help (distillation). Where the hint is words, the
-row also keeps the hinted prompt, so it can instead teach token by token (RMI_HINT_DISTILLATION, ml/objective.py).
+row also keeps the hinted prompt, so it can instead teach token by token (RMI_PRACTICE_HINT_DISTILLATION,
+ml/objective.py).
 """
 
 from __future__ import annotations

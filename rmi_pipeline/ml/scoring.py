@@ -98,7 +98,7 @@ class Scored:
         private = private & self._anchor_slices()
         is_private = lambda task: (task.skill, task.tier) in private  # noqa: E731
         # the public set's own slices only: its tiers (arithmetic: 2-8) gain more in an early cycle than the
-        # pool's longest, where both models still fail, which read as a leak (+0.112 in a test loop's first cycle)
+        # pool's longest, where both models still fail, and that difference would read as a leak
         public = {(task.skill, task.tier) for n, task in self.tasks if n == "public"}
         return {
             "public": (self.paired(lambda n, task: n == "public"),

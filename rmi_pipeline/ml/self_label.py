@@ -4,22 +4,20 @@ No ground truth is used. A tier is reliable while the model's greedy answer and 
 least `saturation` of `probe` problems (the edge found by doubling steps and halving, curriculum.first_unsolved);
 labels come from the first tier that is not and the `tiers` - 1 past it. A model reliable at every tier up to a
 bound short of the recipe's hardest (the eval suite's top tier) labels the top `tiers` tiers below it: agreeing with
-itself is not being right, and a champion sure of wrong answers there labelled nothing, so each cycle repeated the
-same rejected candidate (bench/climb.py, cycles 4-8 of a 10-cycle climb). It also labels at its own edge past that
-bound (`past_suite`): a climb's champion answered 386-473-digit sums while the suite's dense tiers stood at 28-64,
-labels there taught it nothing it did not know, and 4 of 10 cycles were turned down; with labels at its edge too,
-every candidate of cycles 1-6 was promoted on a significant gain, up to 1,000-digit differences at cycle 5.
+itself is not being right, and a champion that labelled nothing there would leave each cycle the same rejected
+candidate. It also labels at its own edge past that bound (`past_suite`): a champion that solves far past the
+suite's dense tiers learns nothing new from labels below them.
 Where the recipe gives checks (problems a right answer implies, like c - b = a for a + b = c), a label is the first
 of the greedy answer and the distinct votes that passes the format filter and whose checks the model answers as
 expected: votes alone keep a wrong answer the model is sure of (measured precision 0.66-0.83 one tier past the
 seed set), working back from it keeps 0.99 right. Without checks, every vote must agree with the greedy answer.
 Where the recipe gives a route (another way to the same answer, through other problems drawn afresh), the model
-must walk it to the label too: past 30 digits a climb's champion repeated its slips when working back (a 9 written 8
-where a carry arrives, in c - b as in a + b), so the checks kept labels only as right as its greedy answers
-(0.926 and 0.948 at 34 digits, against 0.933 and 0.947); votes, the operands swapped or shifted, and older champions
-kept them too. The route kept 0.995 and 1.000, three labels in four.
+must walk it to the label too: working back meets the model's own slips again, so checks keep labels only about as
+right as its greedy answers, while a route asks about other problems (arithmetic at 34 digits: labels 0.995 and
+1.000 right with the route, 0.93-0.95 with checks alone; the route keeps three in four).
 Past the suite the edge is found to within PAST_WITHIN of it, and a probe stops once the problems asked show it
-cannot be reliable (agreement_at): that search was most of a long climb's practice (bench/edge_search.py).
+cannot be reliable (agreement_at): where a champion reaches far past the suite, that search, not the labelling, is
+most of practice (bench/edge_search.py).
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ from ..settings import SelfLabelling
 from .curriculum import FEWEST, LOOKS, first_unsolved, measured_at, problems_at, share_right
 from .tasks import slice_name
 
-PAST_WITHIN = 0.02  # past the suite, the edge is found to within this share of it: 700 digits, to 14
+PAST_WITHIN = 0.02  # past the suite, the edge is found to within this share of it: at tier 700, to 14 tiers
 
 
 @dataclass
@@ -44,19 +42,20 @@ class SelfLabels:
 
 
 def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: int,
-               last: dict[str, int] | None = None, probe: int = 100) -> SelfLabels:
-    """`probe` problems per tier (curriculum.measured_at: fewer past FULL_COUNT_TIER, at least 30) find the edge of
+               last: dict[str, int] | None = None, probe: int = 100, *, tiers: int, temperature: float,
+               saturation: float) -> SelfLabels:
+    """`probe` problems per tier (curriculum.measured_at: fewer past FULL_COUNT_TIER, at least FEWEST) find the edge of
     the reliable range up to `last[skill]` (None: the recipe's hardest tier); `options.problems` (fewer past
-    FULL_COUNT_TIER too) are labelled at each of `options.tiers` tiers from it, up to `last`, and as many from
+    FULL_COUNT_TIER too) are labelled at each of `tiers` tiers from it, up to `last`, and as many from
     the edge past `last` where the model is reliable up to it (`options.past_suite`)."""
-    per_tier, votes, temperature = options.problems, options.votes, options.temperature
-    saturation, tiers = options.saturation, options.tiers
+    per_tier, votes = options.problems, options.votes
     out = SelfLabels()
     last = last or {skill: recipe.hardest_tier for skill in recipe.skills}
     for skill in recipe.skills:
         def reliable(tier: int, skill: str = skill) -> bool:
             out.agreement[slice_name(skill, tier)] = agreement_at(
-                recipe, model, rng, skill, tier, measured_at(probe, tier), options, seed)
+                recipe, model, rng, skill, tier, measured_at(probe, tier), seed, votes=votes, temperature=temperature,
+                saturation=saturation)
             return out.agreement[slice_name(skill, tier)] >= saturation
 
         def label(tier: int, n: int, skill: str = skill) -> list[dict]:
@@ -76,8 +75,8 @@ def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: 
         past = out.past.get(skill)
         for tier in [*range(edge, min(edge + tiers, last[skill] + 1)),
                      *(range(past, min(past + tiers, recipe.hardest_tier + 1)) if past else ())]:
-            # past `last`, a tier whose first problems keep nothing is left: a climb's champion sure of its 448-digit
-            # sums could not back them up (it answered differences up to 270 digits), and they cost the most
+            # past `last`, a tier whose first FEWEST problems keep no label is left: a model sure of answers it cannot
+            # back up labels nothing there, and those problems cost the most
             n = problems_at(per_tier, tier)
             first = min(FEWEST, n) if tier > last[skill] else n
             labels = label(tier, first)
@@ -87,13 +86,13 @@ def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: 
     return out
 
 
-def agreement_at(recipe, model, rng: random.Random, skill: str, tier: int, n: int, options: SelfLabelling,
-                 seed: int, looks: int = LOOKS) -> float:
+def agreement_at(recipe, model, rng: random.Random, skill: str, tier: int, n: int, seed: int, *, votes: int,
+                 temperature: float, saturation: float, looks: int = LOOKS) -> float:
     """The share of `n` fresh problems of a tier whose votes all agree with the greedy answer, of those asked
     (curriculum.share_right): far past its edge a model disagrees with itself on most of the first third."""
     prompts = [t.prompt for t in recipe.sample_tasks(rng, n, [skill], [tier])]
-    return share_right(lambda part: _votes(recipe, model, part, options.votes, options.temperature, seed + tier)[-1],
-                       prompts, options.saturation, looks)
+    return share_right(lambda part: _votes(recipe, model, part, votes, temperature, seed + tier)[-1],
+                       prompts, saturation, looks)
 
 
 def _answers(recipe, model, rng, skill, tier, n, votes, temperature, seed):

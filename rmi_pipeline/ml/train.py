@@ -5,13 +5,13 @@ feedback" without copying rows. The time bound keeps a cycle short when the CPUs
 
 Rows are drawn a pool of batches at a time and grouped within the pool by length in steps of BUCKET_TOKENS, so a
 batch (cut to its longest row) computes little padding: which rows train is unchanged, only which share a step.
-Rows of a growing curriculum differ a lot in length (a 60-digit practice sum has 186 tokens, a feedback row 12-30),
-and one long row made its whole batch that long. Rows of one bucket keep the order they were drawn in: sorting by
-exact length made batches of one tier each and cost the first model (0.56 -> 0.32 on the anchor). A step holds
-`batch_size` rows up to ROW_TOKENS long, fewer longer ones (as many as hold batch_size * ROW_TOKENS tokens), so a
-step's cost is bounded however far the curriculum has climbed: 64 rows of 187-digit practice sums (about 570
-tokens) made a cycle's 1,200 steps overrun their time cap after 464. Users' rows (about 27 tokens) fill under half
-of that bound, so a step of long rows still costs up to about twice one of theirs.
+Rows of a growing curriculum differ a lot in length (in the arithmetic recipe a practice row at tier 60 has 186
+tokens, a feedback row 12-30), and one long row makes its whole batch that long. Rows of one bucket keep the order
+they were drawn in: batches sorted by exact length hold one tier each, which cost the first model 0.56 -> 0.32 on
+the anchor. A step holds `batch_size` rows up to ROW_TOKENS long, fewer longer ones (as many as hold batch_size *
+ROW_TOKENS tokens), so a step's cost is bounded however far the curriculum has climbed. The arithmetic recipe's
+user rows (about 27 tokens) fill under half of that bound, so a step of long rows still costs up to about twice one
+of theirs.
 
 Under DDP `batch_size` stays the rows of one optimizer step: each of the N processes takes batch_size / N
 rows, drawn by its own sampler seeded with (seed, rank). Lightning would instead wrap our
@@ -45,7 +45,7 @@ class FitResult:
     tokens: int = 0  # the rows every process trained, each counted up to its last answer token
 
 
-REPORT_STEPS = 200  # a long fit still says how it goes every few seconds (100,000 steps: every 5,000 before)
+REPORT_STEPS = 200  # a long fit still says how it goes every few seconds (twenty reports of 100,000 steps: 5,000 apart)
 
 
 class _Progress(L.Callback):
@@ -86,13 +86,13 @@ class _Progress(L.Callback):
 
 def answer_ends(loss_mask: torch.Tensor) -> torch.Tensor:
     """Each row's length up to its last answer token, a million rows at a time: a float copy of a 10M-row mask
-    was a gigabyte."""
+    is a gigabyte."""
     width = loss_mask.shape[1]
     return torch.cat([width - part.flip(1).to(torch.uint8).argmax(1) for part in loss_mask.split(1 << 20)])
 
 
 POOL = 8  # batches drawn at once and grouped by row length
-BUCKET_TOKENS = 32  # rows whose lengths differ by less share a bucket (the users' questions of 1-9 digits: one)
+BUCKET_TOKENS = 32  # rows whose lengths differ by less share a bucket (arithmetic's user questions, 1-9 digits: one)
 ROW_TOKENS = 2 * BUCKET_TOKENS  # a step holds at most batch_size rows of this length: longer rows, fewer a step
 
 

@@ -30,8 +30,9 @@ class Recipe(ABC):
     # grow up to it as the champion does
     max_tier: int | None = None
     text_recipe: bool = False  # free text: training is also checked for n-gram overlap with the evals
-    ngram_n: int = 13  # of that check (RMI_NGRAM_N): long enough that a shared phrase is shared content
-    hint_distillation: str = "answers"  # or "tokens", for hints in words (RMI_HINT_DISTILLATION, ml/objective.py)
+    ngram_n: int = 13  # of that check (RMI_EVAL_NGRAM_N): long enough that a shared phrase is shared content
+    # "tokens" for hints in words (ml/objective.py); RMI_PRACTICE_HINT_DISTILLATION overrides the recipe's choice
+    hint_distillation: str = "answers"
 
     @abstractmethod
     def build_model(self, learning_rate: float, max_steps: int, size: str = "tiny", config: dict | None = None):

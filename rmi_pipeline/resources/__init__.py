@@ -18,16 +18,13 @@ def build_resources(settings: Settings) -> dict:
     and sensors read their knobs from it instead of reading the environment again."""
     return {
         "settings": settings,
-        "storage": ObjectStore(url=settings.resolved_storage_url, endpoint_url=settings.s3_endpoint_url),
+        "storage": ObjectStore(url=settings.resolved_storage_url, endpoint_url=settings.storage.s3_endpoint_url),
         # sealed: only evaluation assets take it
-        "eval_store": ObjectStore(url=settings.resolved_eval_url, endpoint_url=settings.s3_endpoint_url),
-        "warehouse": Warehouse(path=str(settings.resolved_warehouse_path), catalog=settings.warehouse_catalog,
-                               data_url=settings.warehouse_data_url, s3_endpoint_url=settings.s3_endpoint_url,
-                               legacy_path=str(settings.resolved_home / "warehouse.duckdb"),
-                               lock_timeout_seconds=settings.warehouse_lock_timeout_seconds),
+        "eval_store": ObjectStore(url=settings.resolved_eval_url, endpoint_url=settings.storage.s3_endpoint_url),
+        "warehouse": Warehouse.from_settings(settings),
         # the webhook is a secret: Dagster shows it as an environment variable, never its value
-        "notifier": Notifier(webhook_url=EnvVar("RMI_ALERT_WEBHOOK_URL") if settings.alert_webhook_url else None,
-                             ui_url=settings.ui_url, timeout_seconds=settings.alert_timeout_seconds,
+        "notifier": Notifier(webhook_url=EnvVar("RMI_ALERT_WEBHOOK_URL") if settings.alerts.webhook_url else None,
+                             ui_url=settings.ui.url, timeout_seconds=settings.alerts.timeout_seconds,
                              state_path=str(settings.resolved_home / "alerts_sent.json")),
         "registry": ModelRegistry(
             tracking_uri=settings.resolved_tracking_uri,

@@ -92,9 +92,7 @@ class Notifier(ConfigurableResource):
         path = Path(self.state_path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(f"{path}.lock"):
-            state = json.loads(path.read_text()) if path.exists() else {}
-            if "sent" not in state:  # written before the outbox: {key: sent_at}
-                state = {"sent": state, "outbox": {}}
+            state = json.loads(path.read_text()) if path.exists() else {"sent": {}, "outbox": {}}
             yield state
             partial = path.with_suffix(".partial")
             partial.write_text(json.dumps(state, indent=1))

@@ -1,9 +1,9 @@
-"""What starts the training program: a Dagster Pipes client, chosen by RMI_TRAINING_LAUNCHER.
+"""What starts the training program: a Dagster Pipes client, chosen by RMI_TRAIN_LAUNCHER.
 
 `warm` (the default) runs it next to the Dagster run through a warm worker that has torch and Lightning imported
-already, a forked process per candidate (rmi_pipeline/training_worker.py); `subprocess` starts
-`python -m rmi_pipeline.train_candidate` cold every time. A deployment names a function instead, 'module:function',
-that returns another Pipes client: a PipesK8sClient that runs the same program in a GPU pod (deploy/README.md).
+already, a forked process per candidate (rmi_pipeline/training/worker.py); `subprocess` starts
+`python -m rmi_pipeline.training.program` cold every time. A deployment names a function instead, 'module:function',
+that returns another Pipes client: a PipesK8sClient that runs the same program in a GPU pod (docs/how-to/production.md).
 candidate_model calls `run(context=, command=, extras=)` on it.
 """
 
@@ -15,7 +15,9 @@ from pathlib import Path
 from dagster import PipesClient, PipesSubprocessClient
 
 from ..settings import Settings
-from ..training_worker import COMMAND, FOLDER, IDLE, worker_folder
+from ..training.client import COMMAND
+from ..training.protocol import FOLDER, IDLE
+from ..training.worker import worker_folder
 
 
 class WarmSubprocessClient(PipesSubprocessClient):
@@ -37,14 +39,14 @@ def _one_process(trainer: dict) -> bool:
 
 
 def build_training_launcher(settings: Settings) -> PipesClient:
-    spec = settings.training_launcher
+    spec = settings.training.launcher
     if spec == "warm":
-        return WarmSubprocessClient(worker_folder(settings.resolved_home), settings.training_worker_idle_seconds)
+        return WarmSubprocessClient(worker_folder(settings.resolved_home), settings.training.worker_idle_seconds)
     if spec == "subprocess":
         return PipesSubprocessClient()
     module, _, name = spec.partition(":")
     if not name:
-        raise ValueError(f"RMI_TRAINING_LAUNCHER must be 'warm', 'subprocess' or 'module:function', not {spec!r}")
+        raise ValueError(f"RMI_TRAIN_LAUNCHER must be 'warm', 'subprocess' or 'module:function', not {spec!r}")
     client = getattr(importlib.import_module(module), name)()
     if not isinstance(client, PipesClient):
         raise TypeError(f"{spec} returned {type(client).__name__}, not a Dagster Pipes client")

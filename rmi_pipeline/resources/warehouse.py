@@ -24,7 +24,6 @@ what the earlier one stored.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from collections.abc import Iterable
@@ -34,6 +33,7 @@ from pathlib import Path
 from dagster import ConfigurableResource
 
 from ..schema import EVENT_COLUMNS
+from ..settings import Settings
 
 SCHEMA_VERSION = "3"  # bump when SCHEMA changes: writers run it only when the stored version differs
 SCHEMA = f"""
@@ -41,8 +41,6 @@ CREATE TABLE IF NOT EXISTS feedback_events (
     {", ".join(f"{name} {kind}" for name, kind in EVENT_COLUMNS.items())},
     ingested_at TIMESTAMPTZ
 );
--- warehouses created before tier (not in schema v1, filled from the recipe at ingest) gain the column here
-ALTER TABLE feedback_events ADD COLUMN IF NOT EXISTS tier INTEGER;
 ALTER TABLE feedback_events ADD COLUMN IF NOT EXISTS id_key UBIGINT;  -- hash(event_id): see the module docstring
 CREATE TABLE IF NOT EXISTS warehouse_info (key VARCHAR, value VARCHAR);
 CREATE TABLE IF NOT EXISTS ingest_turn (turn BIGINT);  -- one row each ingest bumps: see the module docstring
@@ -76,11 +74,9 @@ ORDER BY thumbs_down DESC, thumbs_down_rate DESC, prompt;
 """
 VIEWS = ("feedback_quality", "feedback_daily", "feedback_corrections", "failing_prompts")
 KEY = "hash(event_id)"  # id_key of an event: 64 bits, so a batch scans 8 bytes per stored event, not its id
-PRE_LAKEHOUSE = ".pre-lakehouse.duckdb"  # what a DuckDB-file warehouse is renamed to once its events moved in
 # what another writer's commit, or the catalog's own lock, answers: worth another try, not an error
 RETRYABLE = ("transaction conflict", "database is locked", "maximum retry count", "could not serialize",
              "deadlock detected")
-log = logging.getLogger(__name__)
 _LAKES: dict[tuple, tuple] = {}  # (process, catalog, data path, endpoint, memory limit) -> (DuckDB, catalog file)
 _LAKES_LOCK = threading.Lock()
 
@@ -90,8 +86,13 @@ class Warehouse(ConfigurableResource):
     catalog: str | None = None  # "postgres:dbname=... host=... user=...": the password comes from PGPASSWORD
     data_url: str | None = None  # where the Parquet files live: a folder or s3://bucket/prefix/; default beside path
     s3_endpoint_url: str | None = None  # for an s3:// data_url on MinIO or a local S3; default AWS_ENDPOINT_URL_S3
-    legacy_path: str | None = None  # a DuckDB-file warehouse from before the lakehouse: its events move in once
     lock_timeout_seconds: float = 300.0  # how long a writer retries commits that lost to another writer's
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Warehouse:
+        return cls(path=str(settings.resolved_warehouse_path), catalog=settings.warehouse.catalog,
+                   data_url=settings.warehouse.data_url, s3_endpoint_url=settings.storage.s3_endpoint_url,
+                   lock_timeout_seconds=settings.warehouse.lock_timeout_seconds)
 
     @contextmanager
     def connect(self, read_only: bool = False):
@@ -115,8 +116,7 @@ class Warehouse(ConfigurableResource):
             conn.close()
 
     def migrate(self) -> None:
-        """Bring a warehouse written by an older version up to this schema (new columns, the views), and move the
-        events of a DuckDB-file warehouse from before the lakehouse in."""
+        """Bring a warehouse written by an older version up to this schema (new columns, the views)."""
         with self.connect():
             pass
 
@@ -128,8 +128,6 @@ class Warehouse(ConfigurableResource):
         writer committed while this one ran."""
         import polars as pl
 
-        if "tier" not in events.columns:  # validated before tiers existed
-            events = events.with_columns(pl.lit(None, dtype=pl.Int64).alias("tier"))
         columns = ", ".join(EVENT_COLUMNS)
         incoming = events.select(list(EVENT_COLUMNS)).to_arrow(compat_level=pl.CompatLevel.newest())
         with self.connect() as conn:
@@ -228,13 +226,12 @@ class Warehouse(ConfigurableResource):
         return names + (["httpfs"] if self.data_path.startswith(("s3://", "http://", "https://")) else [])
 
     def _exists(self) -> bool:
-        return self.catalog is not None or (Path(self.path).exists() and not _is_duckdb_file(Path(self.path)))
+        return self.catalog is not None or Path(self.path).exists()
 
     def _open(self, read_only: bool):
         import duckdb
 
         if not self.catalog:
-            _move_aside_if_duckdb(Path(self.path))
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         if "://" not in self.data_path:
             Path(self.data_path).mkdir(parents=True, exist_ok=True)
@@ -260,43 +257,25 @@ class Warehouse(ConfigurableResource):
             raise
 
     def _ensure_schema(self, conn) -> None:
-        """Run SCHEMA, recompute the keys after a hash change, and move an older warehouse's events in, in one
-        transaction; only when something is out of date, so that writers side by side do not conflict over it."""
+        """Run SCHEMA and recompute the keys after a hash change, in one transaction; only when something is out of
+        date, so that writers side by side do not conflict over it."""
         probe = conn.execute(f"SELECT ({KEY})::VARCHAR FROM (SELECT 'rmi-event-id' AS event_id)").fetchall()[0][0]
-        legacy = [p for p in (self.legacy_path, _aside(Path(self.path))) if p and Path(p).exists()]
         tables = {r[0] for r in conn.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'lake'"
                                              ).fetchall()}
         info = dict(conn.execute("SELECT key, value FROM warehouse_info").fetchall()) if "warehouse_info" in tables \
             else {}
-        legacy = [p for p in legacy if info.get(f"moved_in:{Path(p).resolve()}") is None]
-        if info.get("schema") == SCHEMA_VERSION and info.get("id_key_probe") == probe and not legacy:
+        if info.get("schema") == SCHEMA_VERSION and info.get("id_key_probe") == probe:
             return
 
         def changes() -> None:
             conn.execute(SCHEMA)
             if info.get("id_key_probe") != probe:  # DuckDB's hash may change between versions
                 conn.execute(f"UPDATE feedback_events SET id_key = {KEY}")
-            for i, old in enumerate(legacy):
-                moved = _move_in(conn, f"pre_lakehouse{i}")
-                conn.execute("INSERT INTO warehouse_info VALUES (?, ?)", [f"moved_in:{Path(old).resolve()}",
-                                                                          str(moved)])
             conn.execute("DELETE FROM warehouse_info WHERE key IN ('schema', 'id_key_probe')")
             conn.execute("INSERT INTO warehouse_info VALUES ('schema', ?), ('id_key_probe', ?)",
                          [SCHEMA_VERSION, probe])
 
-        for i, old in enumerate(legacy):  # attached outside the transaction: DuckDB detaches only outside one
-            _attach_old(conn, old, f"pre_lakehouse{i}")
-        try:
-            _transaction(conn, changes)
-        finally:
-            for i in range(len(legacy)):
-                conn.execute(f"DETACH pre_lakehouse{i}")
-        for old in legacy:
-            if old == self.legacy_path:
-                os.replace(old, _aside(Path(old)))
-            log.warning("rmi: the DuckDB-file warehouse %s moved into the lakehouse warehouse (catalog %s); the old "
-                        "file stays as %s until you delete it", old, self.catalog and "PostgreSQL" or self.path,
-                        _aside(Path(old)) if old == self.legacy_path else old)
+        _transaction(conn, changes)
 
     def _retrying(self, fn):
         """fn(), again after a commit that lost to another writer's or a catalog that was locked, with jittered
@@ -374,53 +353,6 @@ def _literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _is_duckdb_file(path: Path) -> bool:
-    with open(path, "rb") as f:
-        return f.read(12)[8:12] == b"DUCK"
-
-
-def _aside(path: Path) -> str:
-    return str(path.with_suffix("")) + PRE_LAKEHOUSE
-
-
-def _move_aside_if_duckdb(path: Path) -> None:
-    """A DuckDB-file warehouse where the catalog belongs (RMI_WAREHOUSE_PATH set before the lakehouse) makes room:
-    it is renamed, and its events move in as the lake is created."""
-    if path.exists() and _is_duckdb_file(path):
-        try:
-            os.replace(path, _aside(path))
-        except FileNotFoundError:  # another process moved it first
-            pass
-
-
-def _attach_old(conn, old: str, name: str) -> None:
-    import duckdb
-
-    try:
-        conn.execute(f"ATTACH {_literal(old)} AS {name} (READ_ONLY)")
-    except duckdb.IOException as exc:
-        if "database file with version number" in str(exc):  # written by a newer DuckDB (say, before the pin)
-            raise RuntimeError(
-                f"the warehouse {old} was written by a newer DuckDB than this one ({duckdb.__version__}), which "
-                "cannot read it: `rmi run --fresh` starts the loop over, or EXPORT DATABASE with that DuckDB and "
-                "IMPORT DATABASE into a file this one reads") from None
-        raise
-
-
-def _move_in(conn, name: str) -> int:
-    """Copy the events of an attached DuckDB-file warehouse into the lake (its schema may predate tier and
-    id_key)."""
-    have = {r[0] for r in conn.execute("SELECT column_name FROM duckdb_columns() WHERE database_name = ? "
-                                       "AND table_name = 'feedback_events'", [name]).fetchall()}
-    if not have:
-        return 0
-    names = [*EVENT_COLUMNS, "ingested_at"]
-    select = ", ".join(n if n in have else f"NULL AS {n}" for n in names)
-    return conn.execute(f"INSERT INTO feedback_events ({', '.join(names)}, id_key) SELECT *, {KEY} FROM "
-                        f"(SELECT DISTINCT ON (event_id) {select} FROM {name}.feedback_events "
-                        "ANTI JOIN feedback_events USING (event_id))").fetchall()[0][0]
-
-
 def _s3_secret(conn, endpoint_url: str | None) -> None:
     """DuckDB's S3 credentials from the same AWS_* variables s3fs reads (never from settings or Dagster config)."""
     from urllib.parse import urlsplit
@@ -448,7 +380,4 @@ def _s3_secret(conn, endpoint_url: str | None) -> None:
 
 
 if __name__ == "__main__":  # `duckdb -cmd "$(python -m rmi_pipeline.resources.warehouse)"`: the lake in the CLI
-    from rmi_pipeline.resources import build_resources
-    from rmi_pipeline.settings import Settings
-
-    print(build_resources(Settings())["warehouse"].attach_sql(read_only=True))
+    print(Warehouse.from_settings(Settings()).attach_sql(read_only=True))

@@ -29,5 +29,13 @@ EVENT_COLUMNS = {"event_id": "VARCHAR", "schema_version": "INTEGER", "ts": "TIME
                  "meta": "JSON", "batch_id": "VARCHAR", "tier": "INTEGER"}
 
 
+def staging_schema():
+    """The staging columns as Arrow types, whichever route built the rows."""
+    import pyarrow as pa
+
+    types = {"BIGINT": pa.int64(), "VARCHAR": pa.string(), "TIMESTAMPTZ": pa.timestamp("us", tz="UTC")}
+    return pa.schema([(name, types[kind]) for name, kind in STAGING.items()])
+
+
 def is_batch_file(name: str) -> bool:
     return name.endswith(SUFFIXES) and not name.startswith(".")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .fields import FIELDS, SCHEMA_VERSION, STAGING, TYPED
+from .fields import FIELDS, SCHEMA_VERSION, STAGING, TYPED, staging_schema
 
 BLANK = b" \t\r\x0b\x0c"  # what bytes.strip() removes (besides the newline the lines are split on)
 WS = r"[ \t\r\n]*"  # JSON's whitespace
@@ -148,8 +148,6 @@ def _decode(table):
     repeated key (Python keeps the last), in the line or in meta, or meta text DuckDB writes with an escape (a
     quote, a backslash, a control character: written back without one, it is byte for byte what Python writes)."""
     import pyarrow as pa
-
-    from .parse import staging_schema
 
     struct = "{" + ", ".join(f'"{n}": "{"BIGINT" if n == "schema_version" else "VARCHAR"}"' for n in FIELDS) + "}"
 

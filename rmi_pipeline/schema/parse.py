@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .fields import EVENT_COLUMNS, FIELDS, SCHEMA_VERSION, STAGING, TEXT_FIELDS, TYPED
+from .fields import EVENT_COLUMNS, FIELDS, SCHEMA_VERSION, STAGING, TEXT_FIELDS, TYPED, staging_schema
 
 KNOWN = set(FIELDS)
 BOM = b"\xef\xbb\xbf"  # editors on Windows start files with it; it is not part of the first row
@@ -204,14 +204,6 @@ def _record_table(records: list[dict], numbers: list[int], unparsed: list[dict])
         if name in TYPED:
             columns[f"{name}_type"] = [None if v is None or type(v) is str else _json_type(v) for v in values]
     return _table(columns, len(kept))
-
-
-def staging_schema():
-    """The staging columns as Arrow types, whichever route built the rows."""
-    import pyarrow as pa
-
-    types = {"BIGINT": pa.int64(), "VARCHAR": pa.string(), "TIMESTAMPTZ": pa.timestamp("us", tz="UTC")}
-    return pa.schema([(name, types[kind]) for name, kind in STAGING.items()])
 
 
 def _table(columns: dict, n: int):

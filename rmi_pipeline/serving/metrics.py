@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -40,3 +42,28 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class RequestMetrics:
+    """ASGI middleware, outermost: every request counted by route and status, and timed, refusals included.
+    A path no route has counts as "other", so that a scan of random paths adds no series."""
+
+    def __init__(self, app, metrics: Metrics, routes: frozenset[str]):
+        self.app, self.metrics, self.routes = app, metrics, routes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        route = scope["path"] if scope["path"] in self.routes else "other"
+        started, status = time.perf_counter(), {"code": 500}
+
+        async def counted(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counted)
+        finally:
+            self.metrics.requests.labels(route, str(status["code"])).inc()
+            self.metrics.latency.labels(route).observe(time.perf_counter() - started)

@@ -1,4 +1,4 @@
-"""Shadow mode (RMI_SHADOW=true): the challenger answers what users ask the champion, in the background, unseen.
+"""Shadow mode (RMI_SERVE_SHADOW=true): the challenger answers what users ask the champion, in the background, unseen.
 
 After each of the champion's batches, the same prompts go to the challenger in a worker of its own; its answers
 are compared with the champion's and scored by the recipe's verifier, never returned, logged or stored as

@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=60.0, help="live: seconds between batches (default 60).")
     parser.add_argument("--batches", type=int, help="live: stop after this many batches.")
     parser.add_argument("--scenario", choices=["steady", "drift", "partner"], default="steady",
-                        help="live: what changes after --scenario-after batches (README: Watching it live).")
+                        help="live: what changes after --scenario-after batches (docs/tutorial/first-run.md: "
+                             "Watching the loop run by itself).")
     parser.add_argument("--scenario-after", type=int, default=2, help="live: batches before the scenario starts.")
     parser.add_argument("--exit-with-parent", action="store_true",
                         help="live: stop when stdin closes (how `rmi simulate` starts it).")

@@ -1,5 +1,5 @@
 """Curators build the private anchor suite once, into the sealed eval store: labelled, every slice filled,
-marked with a canary."""
+marked with a leak marker (a string that, found in training data, means the evals leaked)."""
 
 import random
 import uuid
@@ -13,7 +13,7 @@ def curate_eval_suite(eval_store, recipe, items_per_slice: int, seed: int) -> di
     items = recipe.build_eval_suite(rng, items_per_slice)
     suite = {
         "version": f"suite-{datetime.now(UTC):%Y%m%d}-{seed}", "curated_by": layout.SIMULATED_CURATORS,
-        "canary": f"RMI-EVAL-CANARY {uuid.UUID(int=rng.getrandbits(128))}",
+        "leak_marker": f"RMI-EVAL-LEAK-MARKER {uuid.UUID(int=rng.getrandbits(128))}",
         "items": [{"prompt": t.prompt, "answer": t.answer, "skill": t.skill, "tier": t.tier} for t in items],
     }
     eval_store.write_json(layout.ANCHOR, suite)

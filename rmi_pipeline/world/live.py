@@ -33,7 +33,8 @@ PROBES = 200  # problems per slice the world tries the champion on to choose the
 def choose_drift(world: World, cycle: int, share: float = DRIFT_SHARE) -> Drift:
     """The easiest slice above the usual tiers that the champion barely knows (else the one it knows least): the
     product team tries the slices through the gateway, as any client would, easiest tier first, and stops at the
-    first tier it finds one barely known (the curated tiers go to 16 digits: trying them all was 4,400 questions)."""
+    first tier it finds one barely known (the curated tiers go to 16 digits: trying them all would be 4,400
+    questions)."""
     recipe = world.recipe
     rng = random.Random(f"drift-{world.settings.seed}")
     asked = set(usual_tiers(recipe, cycle))
@@ -58,7 +59,7 @@ def run_live(world: World, *, interval: float, cycle: int, batches: int | None, 
     started = f"{datetime.now(UTC):%Y%m%dT%H%M%S}"  # a restart draws new users, not the same ones again
     drift, partner, landed = None, 0.0, 0
     say(f"live world: users of cycle {cycle} ask up to tier {max(usual_tiers(world.recipe, cycle))}; a batch "
-        f"of {world.settings.sim_queries_per_cycle} questions every {interval:g} s"
+        f"of {world.settings.world.queries_per_cycle} questions every {interval:g} s"
         + (f"; {scenario} after {scenario_after} batches" if scenario != "steady" else "") + " (Ctrl-C stops)")
     while not stop.is_set() and (batches is None or landed < batches):
         if scenario == "drift" and drift is None and landed >= scenario_after:

@@ -14,6 +14,7 @@ import io
 import tarfile
 import tempfile
 from abc import abstractmethod
+from importlib.util import find_spec
 from pathlib import Path
 
 from pydantic import Field
@@ -22,6 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from ..base import Recipe
 
 MODEL_DIR, ADAPTER_DIR = "model", "adapter"
+HF_EXTRA = ("transformers", "tokenizers", "safetensors", "peft")  # pyproject.toml's extra `hf`
 
 
 class HFOptions(BaseSettings):
@@ -45,6 +47,10 @@ class HFRecipe(Recipe):
     generate_batch: int = 64  # prompts per generate call
 
     def __init__(self):
+        missing = [name for name in HF_EXTRA if find_spec(name) is None]
+        if missing:  # RuntimeError: the CLI says it in one line
+            raise RuntimeError(f"the Hugging Face recipes need the hf extra ({', '.join(missing)} not installed): "
+                               "pip install 'rmi-pipeline[hf]'")
         self.options = HFOptions()
 
     @abstractmethod

@@ -1,9 +1,9 @@
 """The training program: one candidate trained outside the orchestrator's process, through Dagster Pipes.
 
-    python -m rmi_pipeline.train_candidate      (launched by the candidate_model asset, never by hand)
+    python -m rmi_pipeline.training.program      (launched by the candidate_model asset, never by hand)
 
 candidate_model starts it with a Pipes client: a local subprocess by default, a Kubernetes pod in a deployment
-(deploy/README.md). Everything it needs arrives as Pipes extras; it reads the dataset and the warm-start
+(docs/how-to/production.md). Everything it needs arrives as Pipes extras; it reads the dataset and the warm-start
 checkpoint from the object store, trains with ml/train.fit, writes its checkpoint back to the object store and
 reports progress, the loss curve and its metrics to Dagster. It never talks to MLflow (the asset registers the
 model from the reported checkpoint), so a training pod needs the object store and nothing else. It imports
@@ -26,7 +26,7 @@ from typing import Any
 from dagster_pipes import PipesDefaultContextLoader, PipesEnvVarParamsLoader, open_dagster_pipes
 
 # the dataset's columns training reads (not its batch ids or sources: the mix says what a row is)
-READ = ("prompt", "target", "mix", "scale", "reference", "teacher", "skill", "tier", "weight")
+READ = ("prompt", "target", "mix", "scale", "reference", "teacher", "skill", "tier")
 RANK_VARIABLES = ("RANK", "NODE_RANK", "GROUP_RANK", "LOCAL_RANK")  # set by Lightning, torchrun or a job operator
 NUDGE = signal.SIGUSR2  # sent to the main thread alone, to end a system call it waits in
 
@@ -99,11 +99,11 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     import polars as pl
     import torch
 
-    from .ml.objective import taught_by_teacher
-    from .ml.rl import first_mistake
-    from .ml.train import fit
-    from .recipes.base import load_recipe, slice_name
-    from .settings import Settings
+    from ..ml.objective import taught_by_teacher
+    from ..ml.rl import first_mistake
+    from ..ml.train import fit
+    from ..recipes.base import load_recipe, slice_name
+    from ..settings import Training
 
     recipe = load_recipe(extras["recipe"])
     storage = extras.get("storage_options") or {}
@@ -114,9 +114,7 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     else:
         module = recipe.build_model(extras["learning_rate"], steps, size=extras["model_size"])
     data, tokens, mask = _rows(recipe, module, extras["dataset_uri"], storage)
-    weight = data["mix"].replace_strict(extras["mix_weights"], return_dtype=pl.Float64) \
-        if extras.get("mix_weights") else data["weight"]  # a dataset written before weights were by source
-    weights = torch.tensor(weight.to_numpy())
+    weights = torch.tensor(data["mix"].replace_strict(extras["mix_weights"], return_dtype=pl.Float64).to_numpy())
     names = data["mix"].unique(maintain_order=True).to_list()  # the training mix's sources present
     sources = torch.tensor(data["mix"].replace_strict({n: i for i, n in enumerate(names)}).to_numpy())
     scales = torch.tensor(data["scale"].to_numpy())
@@ -136,7 +134,7 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
         in_focus = torch.tensor([slice_name(s, t) in focus for s, t in zip(data["skill"], data["tier"], strict=True)])
         weights = torch.where(in_focus, weights * extras["focus_weight"], weights)
 
-    trainer = Settings(**extras["trainer"]).trainer_options()  # resolved here: "auto" means this machine's GPU
+    trainer = Training(**extras["trainer"]).trainer_options()  # resolved here: "auto" means this machine's GPU
 
     def report(step: int, total: int, loss: float) -> None:
         pipes.log.info(f"training step {step}/{total} loss {loss:.4f}")
@@ -194,7 +192,7 @@ def ctrl_c_reaches_the_main_thread() -> None:
 
 def main() -> int:
     if not PipesEnvVarParamsLoader().is_dagster_pipes_process():
-        print("train_candidate runs under Dagster Pipes: materialize candidate_model instead", file=sys.stderr)
+        print("the training program runs under Dagster Pipes: materialize candidate_model instead", file=sys.stderr)
         return 2
     # torch's OpenMP threads spin while they wait; on CPUs shared with other jobs a 2-thread fit then ran 25x
     # slower than with waiting threads that sleep (measured: 200 steps in 248-300 s against 9.9 s)

@@ -1,197 +1,47 @@
-"""The warm training program: torch and Lightning imported once, then one forked training program per candidate.
+"""The warm training worker: torch and Lightning imported once, then one forked training program per candidate.
 
-    python -m rmi_pipeline.training_worker           (candidate_model's command by default; never by hand)
-    python -m rmi_pipeline.training_worker --stop    stops the warm workers of RMI_HOME
+    python -m rmi_pipeline.training.worker --serve SOCKET   started by the client (client.py); never by hand
+    python -m rmi_pipeline.training.worker --stop           stops the warm workers of RMI_HOME
 
 Starting the training program cold costs seconds of imports per candidate (Lightning alone pulls in torch._dynamo,
-scipy.signal, torchmetrics and transformers), most of what a cycle spends outside compute. So the launcher's command
-is this module's client instead: it connects to the warm worker of this home and environment (starting one if none
-answers), hands over its environment, working folder and standard streams, and waits. The worker forks a child that
-runs `train_candidate.main()` with them: every candidate still trains in a process of its own, outside the Dagster
-run, with the Pipes context in its environment; only the imported modules are shared, copy on write. The worker
-itself never runs torch (no threads, no CUDA before a fork). What a fork cannot share (polars and pyarrow start
-threads when imported) a spare child imports while the worker is idle: the next client's program starts from it.
+scipy.signal, torchmetrics and transformers), most of what a cycle spends outside compute. So the worker imports
+them once and, for each client's request, forks a child that runs `program.main()` with the client's environment,
+working folder and standard streams: every candidate still trains in a process of its own, outside the Dagster run,
+with the Pipes context in its environment; only the imported modules are shared, copy on write. The worker itself
+never runs torch (no threads, no CUDA before a fork). What a fork cannot share (polars and pyarrow start threads
+when imported) a spare child imports while the worker is idle: the next client's program starts from it.
 
-The client exits with the child's status; SIGINT or SIGTERM to the client goes to the child; a client that dies
-takes its child with it (the worker sees its connection close). The worker exits when idle for
-RMI_TRAINING_WORKER_IDLE_SECONDS, when its folder is gone, or on --stop. Whatever keeps the warm path from working
-(a worker that does not start, CUDA already initialized) runs the training program cold in the client instead:
-slower, never different. Multi-process training (DDP) is launched cold by the launcher: Lightning starts the other
-processes from the command line.
+The worker exits when idle for RMI_TRAIN_WORKER_IDLE_SECONDS, when its folder is gone, or on --stop.
+Multi-process training (DDP) is launched cold by the launcher: Lightning starts the other processes from the
+command line.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 import os
 import selectors
 import signal
 import socket
-import stat
-import struct
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
 
-COLD = [sys.executable, "-m", "rmi_pipeline.train_candidate"]
-COMMAND = [sys.executable, "-m", "rmi_pipeline.training_worker"]  # the client: what the launcher runs
-FOLDER = "RMI_TRAINING_WORKER_DIR"  # set by the launcher: RMI_HOME/training_worker (pid and log files)
-IDLE = "RMI_TRAINING_WORKER_IDLE_SECONDS"  # set by the launcher from the settings
+from .protocol import FOLDER, IDLE, connect, receive, send
+
 # not polars or pyarrow: they start threads (an out-of-core cleaner, jemalloc's) when imported, and a fork copies
 # none of them, with whatever locks they hold; the spare child imports them after its fork (0.4 s), and
 # pyarrow.compute, which the first encoding of rows imports (50 ms)
 SPARE_IMPORTS = ("polars", "pyarrow.parquet", "pyarrow.compute")
-PRELOAD = ("torch", "lightning", "fsspec", "rmi_pipeline.train_candidate", "rmi_pipeline.ml.train",
+PRELOAD = ("torch", "lightning", "fsspec", "rmi_pipeline.training.program", "rmi_pipeline.ml.train",
            "rmi_pipeline.ml.objective", "rmi_pipeline.ml.rl", "rmi_pipeline.ml.lit_gpt", "rmi_pipeline.settings")
-# environment read when modules load (threads, devices, paths): a worker serves only clients that agree on these
-SHAPING = ("OMP_", "MKL_", "OPENBLAS_", "CUDA_", "PYTORCH_", "TORCH", "NCCL_", "PYTHON", "LD_", "HF_",
-           "TRANSFORMERS_", "POLARS_", "ARROW_", "RMI_RECIPE", "PATH", "VIRTUAL_ENV", FOLDER)
-SET_BY_IMPORTS = ("TORCHINDUCTOR_CACHE_DIR", "PYTORCH_NVML_BASED_CUDA_CHECK")  # torch and Lightning set these
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # what Dagster sends a run's training program to stop it
-START_SECONDS = 180.0  # a worker that has not answered by then is given up on: the client trains cold
 
-
-def worker_key(env: dict[str, str]) -> str:
-    """Which worker serves a client: the interpreter, the code as it stands on disk, the shaping environment."""
-    code = Path(__file__).parent
-    stamp = max(p.stat().st_mtime_ns for p in code.rglob("*.py"))
-    shaping = sorted((k, v) for k, v in env.items() if k.startswith(SHAPING) and k not in SET_BY_IMPORTS)
-    return hashlib.sha256(json.dumps([sys.executable, str(code), stamp, shaping]).encode()).hexdigest()[:16]
-
-
-def socket_path(key: str) -> str:
-    """In a folder of the temporary one that only this user may enter (a Unix socket's path may hold about 100
-    characters, an RMI_HOME more): no one else can listen there and receive a client's environment, its secrets."""
-    folder = os.path.join(tempfile.gettempdir(), f"rmi-training-{os.getuid()}")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    found = os.lstat(folder)
-    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
-        raise OSError(f"{folder} is not a folder of this user's alone")
-    return os.path.join(folder, f"{key}.sock")
-
-
-# messages: a 4-byte length, then JSON
-
-def _send(conn: socket.socket, message: dict, fds: list[int] | None = None) -> None:
-    data = json.dumps(message).encode()
-    frame = struct.pack("!I", len(data)) + data
-    if fds:
-        socket.send_fds(conn, [frame], fds)
-    else:
-        conn.sendall(frame)
-
-
-def _receive(conn: socket.socket, with_fds: int = 0) -> tuple[dict | None, list[int]]:
-    """One message (None when the other side closed), and the file descriptors sent with it."""
-    head, fds = b"", []
-    while len(head) < 4:
-        if with_fds and not fds:
-            chunk, fds, _, _ = socket.recv_fds(conn, 4 - len(head), with_fds)
-        else:
-            chunk = conn.recv(4 - len(head))
-        if not chunk:
-            return None, fds
-        head += chunk
-    size, body = struct.unpack("!I", head)[0], b""
-    while len(body) < size:
-        chunk = conn.recv(size - len(body))
-        if not chunk:
-            return None, fds
-        body += chunk
-    return json.loads(body), fds
-
-
-# the client: what the launcher runs
-
-def client() -> int:
-    env = dict(os.environ)
-    child, caught = None, []
-
-    def forward(signum, _frame):  # a signal before the child is known is kept and sent once it is
-        if child is None:
-            caught.append(signum)
-        else:
-            _end(child, signum)
-
-    signal.signal(signal.SIGINT, forward)
-    signal.signal(signal.SIGTERM, forward)
-    try:
-        conn = _connect(env)
-    except OSError as exc:
-        return _cold(f"no warm training worker ({exc})", caught)
-    _send(conn, {"env": env, "cwd": os.getcwd()}, [0, 1, 2])
-    reply, _ = _receive(conn)
-    if not reply or "pid" not in reply:
-        return _cold((reply or {}).get("cold", "the warm training worker closed the connection"), caught)
-    child = reply["pid"]  # Python runs signal handlers between statements: each signal is sent once
-    for signum in caught:
-        _end(child, signum)
-    reply, _ = _receive(conn)  # a signal's handler runs and the read goes on (PEP 475)
-    if reply is None:  # the worker died under its child
-        print("training worker: lost the worker while training", file=sys.stderr)
-        return 1
-    return reply["exit"]
-
-
-def _cold(reason: str, caught: list[int]) -> int:
-    if caught:  # stopped before any training began
-        print(f"training worker: stopped by signal {caught[0]} before training", file=sys.stderr)
-        return 128 + caught[0]
-    print(f"training worker: {reason}; training cold instead", file=sys.stderr, flush=True)
-    os.execv(COLD[0], COLD)
-
-
-def _connect(env: dict[str, str]) -> socket.socket:
-    """The connection to this environment's worker, started if none answers (one start at a time per key)."""
-    import fcntl
-
-    key = worker_key(env)
-    path = socket_path(key)
-    try:
-        return _open(path)
-    except OSError:
-        pass
-    folder = Path(env[FOLDER])
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            return _open(path)
-        except OSError:
-            pass
-        with open(folder / f"{key}.log", "ab") as log:
-            worker = subprocess.Popen([*COMMAND, "--serve", path],
-                                      env={k: v for k, v in env.items() if not k.startswith("DAGSTER_PIPES_")},
-                                      stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-        deadline = time.monotonic() + START_SECONDS
-        while time.monotonic() < deadline:
-            if worker.poll() is not None:
-                raise OSError(f"the worker exited with {worker.returncode}: see {folder / f'{key}.log'}")
-            try:
-                return _open(path)
-            except OSError:
-                time.sleep(0.05)
-        raise OSError(f"the worker did not answer within {START_SECONDS:.0f} s")
-
-
-def _open(path: str) -> socket.socket:
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.connect(path)
-    except OSError:
-        conn.close()
-        raise
-    return conn
-
-
-# the worker
 
 def serve(path: str) -> int:
+    """Listen at `path` and fork a training program per client until idle, stopped, or the folder is gone."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when torch loads its OpenMP: as the program
     for name in PRELOAD + ((os.environ.get("RMI_RECIPE", "").partition(":")[0],) if os.environ.get("RMI_RECIPE")
                            else ()):
@@ -250,7 +100,7 @@ def serve(path: str) -> int:
                         except (KeyError, ValueError):
                             pass
                         try:
-                            _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
+                            send(conn, {"exit": os.waitstatus_to_exitcode(status)})
                         except OSError:
                             pass
                         conn.close()
@@ -305,7 +155,7 @@ class _Spare:
     def _wait(conn: socket.socket) -> None:
         for name in SPARE_IMPORTS:
             importlib.import_module(name)
-        request, fds = _receive(conn, with_fds=3)
+        request, fds = receive(conn, with_fds=3)
         if request is None:  # the worker stopped or died
             os._exit(0)
         conn.close()
@@ -315,7 +165,7 @@ class _Spare:
         """Hand a client's request over: the pid of the program, or None where the spare is gone."""
         self.used = True
         try:
-            _send(self.conn, request, fds)
+            send(self.conn, request, fds)
             return self.pid
         except OSError:
             self.stop()
@@ -337,7 +187,7 @@ def _start(conn: socket.socket, children: dict, selector, listener: socket.socke
     """Hand one client's request to the spare child or a child forked for it, or answer a stop."""
     conn.settimeout(10)  # a client sends its request at once: one that does not must not hold up the others
     try:
-        request, fds = _receive(conn, with_fds=3)
+        request, fds = receive(conn, with_fds=3)
     except (OSError, ValueError):
         conn.close()
         return None
@@ -350,7 +200,7 @@ def _start(conn: socket.socket, children: dict, selector, listener: socket.socke
     import torch
 
     if torch.cuda.is_initialized():  # a CUDA context does not survive fork
-        _send(conn, {"cold": "CUDA is initialized in the worker"})
+        send(conn, {"cold": "CUDA is initialized in the worker"})
         conn.close()
         return None
     pid = spare.take(request, fds) if spare is not None else None
@@ -360,7 +210,7 @@ def _start(conn: socket.socket, children: dict, selector, listener: socket.socke
     for fd in fds:
         os.close(fd)
     try:
-        _send(conn, {"pid": pid})
+        send(conn, {"pid": pid})
     except OSError:
         pass  # the client is gone: its connection reads as closed, and the child is ended there
     children[pid] = conn
@@ -393,10 +243,10 @@ def _child(request: dict, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
-        from . import train_candidate
+        from . import program
 
-        sys.argv = [train_candidate.__file__]
-        code = train_candidate.main()
+        sys.argv = [program.__file__]
+        code = program.main()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
@@ -432,8 +282,8 @@ def stop(folder: Path) -> int:
     stopped = 0
     for pid_file in Path(folder).glob("*.pid"):
         try:
-            conn = _open(json.loads(pid_file.read_text())["socket"])
-            _send(conn, {"stop": True})
+            conn = connect(json.loads(pid_file.read_text())["socket"])
+            send(conn, {"stop": True})
             conn.close()
             stopped += 1
         except (OSError, ValueError, KeyError):
@@ -442,17 +292,16 @@ def stop(folder: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--serve"]:
+    if argv[:1] == ["--serve"] and len(argv) == 2:
         return serve(argv[1])
-    if argv[:1] == ["--stop"]:
-        from .settings import Settings
+    if argv == ["--stop"]:
+        from ..settings import Settings
 
         print(f"stopped {stop_training_workers(Settings().resolved_home)} training worker(s)")
         return 0
-    if FOLDER not in os.environ or IDLE not in os.environ:
-        print("training_worker runs under Dagster Pipes: materialize candidate_model instead", file=sys.stderr)
-        return 2
-    return client()
+    print("usage: python -m rmi_pipeline.training.worker --stop (the client starts a worker with --serve)",
+          file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

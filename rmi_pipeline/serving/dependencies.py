@@ -1,0 +1,59 @@
+"""What a route declares it needs: the gateway (from app.state), a valid API key within its rate, a body within
+the limits. All async: FastAPI runs a plain function in a worker thread, a hop on every request."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+
+from .bodies import AnswersRequest, CompletionsRequest, FeedbackRequest
+from .gateway import Gateway
+
+
+async def current_gateway(request: Request) -> Gateway:
+    return request.app.state.gateway
+
+
+Served = Annotated[Gateway, Depends(current_gateway)]
+
+
+async def authorized(request: Request, gateway: Served) -> None:
+    """A valid key in 'Authorization: Bearer KEY' or 'X-API-Key' (401), within its rate (429). The key is compared
+    with every key, always: the time taken tells nothing about which one nearly matched."""
+    header = request.headers.get("authorization", "")
+    given = header[7:].strip() if header.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+    matches = [hmac.compare_digest(given.encode(), key.encode()) for key in gateway.config.api_keys]
+    if not given or not any(matches):
+        raise HTTPException(401, "a valid API key is required (header 'Authorization: Bearer KEY')")
+    gateway.limiter.check(hashlib.sha256(given.encode()).hexdigest()[:16])
+
+
+KEYED = [Depends(authorized)]  # the keyed routes' guard while RMI_SERVE_API_KEYS is set
+
+
+async def answers_within_limits(body: AnswersRequest, gateway: Served) -> AnswersRequest:
+    gateway.limits.check_prompts(body.prompts, body.user_id)
+    return body
+
+
+async def completions_within_limits(body: CompletionsRequest, gateway: Served) -> CompletionsRequest:
+    if not body.prompts:
+        raise HTTPException(422, "prompt must not be empty")
+    gateway.limits.check_prompts(body.prompts, body.user_id)
+    return body
+
+
+async def feedback_within_limits(body: FeedbackRequest, gateway: Served) -> FeedbackRequest:
+    for field in ("correction", "comment"):
+        gateway.limits.check_text(field, getattr(body, field))
+    for key, value in body.meta.items():
+        gateway.limits.check_text(f"meta.{key}", str(value))
+    return body
+
+
+AnswersBody = Annotated[AnswersRequest, Depends(answers_within_limits)]
+CompletionsBody = Annotated[CompletionsRequest, Depends(completions_within_limits)]
+FeedbackBody = Annotated[FeedbackRequest, Depends(feedback_within_limits)]

@@ -1,0 +1,168 @@
+"""What the routes share: the followed models, their batchers, the feedback log, the metrics and the limits.
+
+One Gateway per app, on `app.state.gateway`; `start` and `stop` are the app's start-up and shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from functools import partial
+
+from ..resources.registry import CANARY, CHALLENGER, CHAMPION
+from ..settings import Serving, Settings
+from .heartbeat import Heartbeat
+from .limits import RateLimiter, RequestLimits
+from .log import FeedbackLog, new_response_id
+from .routing import in_canary
+from .shadow import Shadow
+
+log = logging.getLogger("rmi.serve")
+
+
+class NotReady(Exception):
+    """No version has the alias yet (or the canary ended): nothing to answer with."""
+
+
+class Gateway:
+    """The gateway of `alias`: answers in batches with the version behind it (and the canary's share, for the
+    champion's), each recorded in the log before it is given."""
+
+    def __init__(self, settings: Settings, alias: str):
+        from ..recipes.base import load_recipe
+        from ..resources import build_resources, layout
+        from .batching import Batcher
+        from .metrics import Metrics
+        from .models import FollowedModel
+
+        self.config: Serving = settings.serving
+        self.model_name, self.alias, self.canary_share = settings.model_name, alias, settings.canary.share
+        self.recipe = load_recipe(settings.recipe)
+        import torch
+
+        torch.set_num_threads(self.config.threads)
+        resources = build_resources(settings)
+        storage = resources["storage"]
+        self.write_batch = lambda name, data: storage.write_bytes(layout.incoming(name), data)
+        name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.heartbeat = Heartbeat(storage, layout.gateway(name), alias, self.canary_share)
+        registry, reload = resources["registry"], self.config.reload_seconds
+        self.model = FollowedModel(registry, self.recipe, alias, reload)
+        # the gateway of the champion also answers a share of users with the canary while one is on trial
+        self.canary = (FollowedModel(registry, self.recipe, CANARY, reload, drop_when_gone=True)
+                       if alias == CHAMPION and self.canary_share > 0 else None)
+        self.shadow = (Shadow(FollowedModel(registry, self.recipe, CHALLENGER, reload, drop_when_gone=True),
+                              self.recipe) if self.config.shadow else None)
+        self.log = FeedbackLog(settings.resolved_serve_log_path, max_bytes=self.config.log_max_bytes,
+                               window_seconds=self.config.feedback_window_seconds)
+        self.metrics = Metrics(self)
+        self.batchers = {arm: Batcher(partial(self._forward, followed), partial(self._record, arm),
+                                      self.config.max_batch, self.config.max_wait_ms)
+                         for arm, followed in ((alias, self.model), (CANARY, self.canary)) if followed}
+        self.limiter = RateLimiter(self.config.rate_limit)
+        self.limits = RequestLimits(self.config.max_prompts, settings.feedback.max_text_chars)
+        self._flusher: asyncio.Task | None = None
+
+    @property
+    def followed(self) -> list:
+        return [m for m in (self.model, self.canary, self.shadow and self.shadow.followed) if m]
+
+    async def start(self) -> None:
+        """Load the models, start the batchers, say this gateway serves, and flush in the background."""
+        for followed in self.followed:
+            await asyncio.to_thread(followed.start)
+        import gc
+
+        gc.freeze()  # what start-up made lives on: collections stop rescanning it (long pauses under load)
+        for batcher in self.batchers.values():
+            batcher.start()
+        await asyncio.to_thread(self.heartbeat.beat)
+        self._flusher = asyncio.get_running_loop().create_task(self.keep_flushing())
+        if self.model.current:
+            log.info("gateway ready to answer with %s@%s", self.model_name, self.alias)
+        else:
+            log.warning("no version has the alias %s yet: /readyz says 503 until one does", self.alias)
+
+    async def stop(self) -> None:
+        """Stop answering, take the heartbeat back, and write what the log holds (else the next start writes it)."""
+        if self._flusher:
+            self._flusher.cancel()
+        await asyncio.to_thread(self.heartbeat.stop)
+        for batcher in self.batchers.values():
+            await batcher.stop()
+        for followed in self.followed:
+            followed.stop()
+        if self.shadow:
+            self.shadow.stop()
+        try:
+            await self.flush()
+        except Exception as exc:  # noqa: BLE001 - kept in the log: the next start writes it
+            log.warning("feedback left in the log at shutdown (written at the next start): %s", str(exc)[:300])
+        self.log.close()
+
+    def _forward(self, followed, prompts: list[str]) -> tuple[str, list[str]]:
+        loaded = followed.current  # held for the whole batch: a swap meanwhile changes the next batch only
+        if loaded is None:
+            raise NotReady()
+        return loaded.version, self.recipe.answer(loaded.model, prompts)
+
+    def arm(self, user_id: str) -> str:
+        """The canary for its share of users while one is loaded, else the gateway's own alias."""
+        canary = self.canary.current if self.canary else None
+        if canary and in_canary(user_id, canary.version, self.canary_share):
+            return CANARY
+        return self.alias
+
+    async def answer(self, prompts: list[str], user_id: str) -> list[dict]:
+        arm = self.arm(user_id)
+        try:
+            return await self.batchers[arm].answer(prompts, user_id)
+        except NotReady:
+            if arm == self.alias:
+                raise
+            return await self.batchers[self.alias].answer(prompts, user_id)  # the canary ended meanwhile
+
+    async def _record(self, arm: str, batch, version: str, completions: list[str]) -> list[list[dict]]:
+        """A batch's answers, each with a response id, committed to the log in one go before anyone sees them
+        (so that feedback on them finds them, even after a restart)."""
+        self.metrics.batch.observe(len(completions))
+        done, answers = iter(completions), []
+        for item in batch:
+            answers.append([{"response_id": new_response_id(), "completion": next(done), "model_version": version,
+                             "prompt": p, "user_id": item.context, "arm": arm, "skill": self._skill(p)}
+                            for p in item.prompts])
+        await asyncio.wrap_future(self.log.record_answers([a for share in answers for a in share]))
+        if self.shadow and arm == self.alias:  # after the answers are safe: the shadow never delays them
+            self.shadow.submit(version, [p for item in batch for p in item.prompts], completions)
+        return answers
+
+    def _skill(self, prompt: str) -> str | None:
+        return self.recipe.slice_of(prompt)[0] if self.recipe.is_valid_prompt(prompt) else None
+
+    async def flush(self) -> list[str]:
+        names = await asyncio.to_thread(self.log.flush, self.write_batch)
+        for name in names:
+            log.info("wrote feedback batch %s", name)
+        self.metrics.flushed.inc(len(names))
+        return names
+
+    async def keep_flushing(self) -> None:
+        """Write a batch file when enough events are logged, or when the oldest has waited long enough; and beat
+        the heartbeat every PRESENCE_SECONDS."""
+        waiting_since = None  # when the flusher first saw the events now pending
+        while True:
+            await asyncio.sleep(min(1.0, self.config.flush_seconds))
+            await asyncio.to_thread(self.heartbeat.beat)
+            try:
+                pending = await asyncio.to_thread(self.log.pending)
+                waiting_since = (waiting_since or time.monotonic()) if pending else None
+                if pending >= self.config.flush_events or (
+                        pending and time.monotonic() - waiting_since >= self.config.flush_seconds):
+                    await self.flush()
+                    waiting_since = None
+            except Exception as exc:  # noqa: BLE001 - the store out of reach: events stay in the log, retried
+                log.warning("could not write a feedback batch (kept in the log, retried): %s", str(exc)[:300])

@@ -1,0 +1,14 @@
+"""The gateway's routes, one router per API. The keyed ones need an API key while RMI_SERVE_API_KEYS is set; the
+open ones are read-only, what probes, scrapers and a browser call without one."""
+
+from __future__ import annotations
+
+from . import answers, feedback, operations, page, shadow
+
+KEYED = (answers.router, feedback.router, shadow.router)
+OPEN = (operations.router, page.router)
+
+
+def paths() -> frozenset[str]:
+    """Every route's path: the labels /metrics counts requests by."""
+    return frozenset(route.path for router in KEYED + OPEN for route in router.routes)
