@@ -133,7 +133,7 @@ def main() -> None:
             print(f"[cycle after batch {n + 1}] {json.dumps(c)}", flush=True)
 
     print(f"\ndrift bench, {time.perf_counter() - started:.0f} s in all; RMI_TRAIN_STEPS={settings.training.steps}, "
-          f"RMI_SIM_QUERIES_PER_CYCLE={settings.world.queries_per_cycle}, tolerance {settings.health.tolerance}")
+          f"RMI_SIM_QUERIES_PER_CYCLE={settings.simulation.queries_per_cycle}, tolerance {settings.health.tolerance}")
     drift_batch = args.before
     pre = [b for b in batches if not b["drifted"]][-1]
     print(f"drift: from batch {drift_batch + 1}, {drift.share:.0%} of users ask {drift.slice} (champion right "

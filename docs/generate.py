@@ -74,13 +74,16 @@ def type_name(annotation) -> str:
         return " or ".join(named)
     if origin is typing.Literal:
         return " or ".join(f"`{a}`" for a in args)
-    if origin is tuple or annotation is tuple:
+    if origin in (tuple, frozenset) or annotation in (tuple, frozenset):
         return "comma list"
     if origin is dict or annotation is dict:
         return "JSON object"
     if origin is list or annotation is list:
         return "JSON list"
-    names = {str: "text", int: "integer", float: "number", bool: "true or false", Path: "path"}
+    from pydantic import SecretStr
+
+    names = {str: "text", int: "integer", float: "number", bool: "true or false", Path: "path",
+             SecretStr: "secret text"}
     if annotation in names:
         return names[annotation]
     return getattr(annotation, "__name__", str(annotation))
@@ -92,7 +95,7 @@ def default_text(field) -> str:
     value = field.get_default(call_default_factory=True)
     if value is None:
         return "*unset*"
-    if value in ((), [], "", {}):
+    if isinstance(value, (tuple, list, frozenset, dict, str)) and not value:
         return "*empty*"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
@@ -103,15 +106,6 @@ def default_text(field) -> str:
     return f"`{value}`"
 
 
-def variable(prefix: str, name: str, field) -> str:
-    alias = field.validation_alias
-    if isinstance(alias, str):
-        return alias
-    if alias is not None and getattr(alias, "choices", None):
-        return str(alias.choices[0])
-    return f"{prefix}{name.upper()}"
-
-
 def is_group(annotation) -> bool:
     from pydantic_settings import BaseSettings
 
@@ -119,7 +113,7 @@ def is_group(annotation) -> bool:
 
 
 def settings_rows(cls, prefix: str) -> list[tuple]:
-    return [(f"`{variable(prefix, name, field)}`", type_name(field.annotation), default_text(field),
+    return [(f"`{prefix}{name.upper()}`", type_name(field.annotation), default_text(field),
              field.description or "")
             for name, field in cls.model_fields.items() if not is_group(field.annotation)]
 

@@ -78,7 +78,7 @@ def promotion_mode(settings: Settings, storage: ObjectStore, context) -> str:
 
 
 def serving_gateways(storage: ObjectStore) -> list[dict]:
-    """The gateways of the champion that said in the last PRESENCE_SECONDS * 3 that they serve, with a canary
+    """The gateways of the champion that said in the last HEARTBEAT_SECONDS * 3 that they serve, with a canary
     share: where a canary would meet users."""
     fresh = []
     for key in storage.list(layout.GATEWAYS):
@@ -87,7 +87,7 @@ def serving_gateways(storage: ObjectStore) -> list[dict]:
         except (FileNotFoundError, ValueError):  # one that stopped meanwhile, or a half-written file elsewhere
             continue
         if said.get("alias") == CHAMPION and said.get("canary_share", 0) > 0 and \
-                time.time() - float(said.get("at", 0)) < 3 * layout.PRESENCE_SECONDS:
+                time.time() - float(said.get("at", 0)) < 3 * layout.HEARTBEAT_SECONDS:
             fresh.append(said)
     return fresh
 

@@ -10,7 +10,6 @@ model leads back to its dataset, feedback batches, run and code.
 
 import functools
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -20,9 +19,8 @@ from ..resources import layout
 from ..resources.registry import CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..settings import Settings
+from ..training import PROGRAM
 from .dataset import training_dataset
-
-TRAINING_PROGRAM = [sys.executable, "-m", "rmi_pipeline.training.program"]
 
 
 class CandidateConfig(Config):
@@ -81,7 +79,7 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, set
                   "max_seconds": max_seconds, "seed": seed, "focus": ",".join(config.focus) or "none"}
         with warnings.catch_warnings():  # Dagster's own Pipes session calls one of its preview APIs
             warnings.simplefilter("ignore", PreviewWarning)
-            invocation = training_launcher.run(context=context, command=TRAINING_PROGRAM, extras=extras)
+            invocation = training_launcher.run(context=context, command=PROGRAM, extras=extras)
         reported = {k: v.value for k, v in invocation.get_materialize_result().metadata.items()}
         params |= {"rows": reported["rows"], "parameters": reported["parameters"],
                    **{k.removeprefix("trainer_"): v for k, v in reported.items() if k.startswith("trainer_")}}

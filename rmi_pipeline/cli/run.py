@@ -31,7 +31,7 @@ def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles afte
     os.environ.setdefault("RMI_CANARY_SHARE", "0.5")
     settings = Settings()
     os.environ.setdefault("RMI_CANARY_MIN_EVENTS", str(int(0.9 * settings.canary.share *
-                                                           settings.world.queries_per_cycle)))
+                                                           settings.simulation.queries_per_cycle)))
     settings = Settings()
     home = prepare_home(settings, fresh=fresh)
     say(f"rmi run: a first model, then {cycles} improvement cycle(s); state in {home}")

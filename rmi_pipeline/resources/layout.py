@@ -126,7 +126,7 @@ def health_baseline(version: str) -> str:
 
 # serving: each running gateway says it is there, and whom it answers (a canary needs one to get users)
 GATEWAYS = "serving/gateways"
-PRESENCE_SECONDS = 10.0  # how often a gateway says so; a word 3 times as old is from one that is gone
+HEARTBEAT_SECONDS = 10.0  # how often a gateway says so; a word 3 times as old is from one that is gone
 
 
 def gateway(name: str) -> str:

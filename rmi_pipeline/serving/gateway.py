@@ -152,7 +152,7 @@ class Gateway:
 
     async def keep_flushing(self) -> None:
         """Write a batch file when enough events are logged, or when the oldest has waited long enough; and beat
-        the heartbeat every PRESENCE_SECONDS."""
+        the heartbeat every HEARTBEAT_SECONDS."""
         waiting_since = None  # when the flusher first saw the events now pending
         while True:
             await asyncio.sleep(min(1.0, self.config.flush_seconds))

@@ -20,9 +20,9 @@ from .feedback import Feedback
 from .improvement import DEFAULT_MIX, SOURCES, Practice, Sampling, SelfLabelling
 from .operations import UI, Alerts, Automation, Health, Regression
 from .serving import Canary, Serving
+from .simulation import Simulation
 from .stores import Storage, Warehouse
 from .training import Training
-from .world import World
 
 DEFAULT_RECIPE = "rmi_pipeline.recipes.arithmetic:ArithmeticRecipe"
 
@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     ui: UI = _group(UI, "The Dagster UI.")
     serving: Serving = _group(Serving, "`rmi serve`, the gateway.")
     chat: Chat = _group(Chat, "`rmi chat`, the Slack app.")
-    world: World = _group(World, "The simulated world.")
+    simulation: Simulation = _group(Simulation, "The simulated world's users.")
 
     @model_validator(mode="before")
     @classmethod
@@ -169,4 +169,4 @@ class Settings(BaseSettings):
 
 __all__ = ["DEFAULT_MIX", "DEFAULT_RECIPE", "RENAMED", "SOURCES", "UI", "Alerts", "Automation", "Canary", "Chat",
            "Evals", "Feedback", "Gate", "Health", "Practice", "Regression", "Sampling", "SelfLabelling", "Serving",
-           "Settings", "Storage", "Training", "Warehouse", "World"]
+           "Settings", "Simulation", "Storage", "Training", "Warehouse"]

@@ -7,3 +7,7 @@
 
 Nothing here imports dagster or mlflow (an import contract): a training pod needs the object store alone.
 """
+
+import sys
+
+PROGRAM = [sys.executable, "-m", "rmi_pipeline.training.program"]  # the command that trains one candidate

@@ -21,10 +21,10 @@ import sys
 import time
 from pathlib import Path
 
+from . import PROGRAM as COLD
 from .protocol import FOLDER, IDLE, connect, receive, send, socket_path, worker_key
 
 COMMAND = [sys.executable, "-m", "rmi_pipeline.training.client"]  # what the launcher runs
-COLD = [sys.executable, "-m", "rmi_pipeline.training.program"]
 WORKER = [sys.executable, "-m", "rmi_pipeline.training.worker"]
 START_SECONDS = 180.0  # a worker that has not answered by then is given up on: the client trains cold
 

@@ -59,7 +59,7 @@ def run_live(world: World, *, interval: float, cycle: int, batches: int | None, 
     started = f"{datetime.now(UTC):%Y%m%dT%H%M%S}"  # a restart draws new users, not the same ones again
     drift, partner, landed = None, 0.0, 0
     say(f"live world: users of cycle {cycle} ask up to tier {max(usual_tiers(world.recipe, cycle))}; a batch "
-        f"of {world.settings.world.queries_per_cycle} questions every {interval:g} s"
+        f"of {world.settings.simulation.queries_per_cycle} questions every {interval:g} s"
         + (f"; {scenario} after {scenario_after} batches" if scenario != "steady" else "") + " (Ctrl-C stops)")
     while not stop.is_set() and (batches is None or landed < batches):
         if scenario == "drift" and drift is None and landed >= scenario_after:

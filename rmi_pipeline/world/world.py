@@ -45,12 +45,12 @@ class World:
         """One round of users of `cycle`, some of them moved to a drifted slice, `partner_share` of them a partner
         app's (Recipe.partner_task), then the gateway's log flushed."""
         s = self.settings
-        tasks = self._eval_like(rng, questions(rng, self.recipe, s.world.queries_per_cycle, cycle, drift))
+        tasks = self._eval_like(rng, questions(rng, self.recipe, s.simulation.queries_per_cycle, cycle, drift))
         tasks, pushed = self._partner(rng, tasks, partner_share)
-        reactions = Reactions(s.world.wrong_user_share, s.world.correction_share)
+        reactions = Reactions(s.simulation.wrong_user_share, s.simulation.correction_share)
         # each user's own random stream, drawn in order: the round is the same whatever order the replies come in
         streams = [random.Random(rng.getrandbits(64)) for _ in tasks]
-        garbled = [rng.random() < s.world.malformed_share for _ in tasks]  # a buggy client now and then
+        garbled = [rng.random() < s.simulation.malformed_share for _ in tasks]  # a buggy client now and then
         results = asyncio.run(self._round(tasks, streams, garbled, pushed, reactions))
         right = [r["completion"] == t.answer for t, r in zip(tasks, results, strict=True)]
         versions = Counter(r["model_version"] for r in results)
@@ -76,7 +76,7 @@ class World:
 
     def _eval_like(self, rng: random.Random, tasks: list[Task]) -> list[Task]:
         """A share of users (RMI_SIM_EVAL_LIKE_SHARE) ask about an eval item's text, where the recipe has variants."""
-        share = self.settings.world.eval_like_share
+        share = self.settings.simulation.eval_like_share
         if not tasks or not share or self.recipe.variant(tasks[0], random.Random(0)) is None:
             return tasks
         items = [Task(**i) for i in self.eval_store.read_json(layout.ANCHOR)["items"]]

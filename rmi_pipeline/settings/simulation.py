@@ -1,4 +1,4 @@
-"""The simulated world: used by `rmi run` and `rmi simulate`, never by the pipeline."""
+"""The simulation's knobs: read by the simulated world and by `rmi run`, which starts it; never by the pipeline."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pydantic_settings import SettingsConfigDict
 from .base import Group
 
 
-class World(Group):
+class Simulation(Group):
     """The simulated users: how many ask, how often they are wrong, correct, or garble a line."""
 
     model_config = SettingsConfigDict(env_prefix="RMI_SIM_")
