@@ -13,13 +13,16 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # a process here against 7.5-7.9 s from bytecode, and the tests and the loop start many processes
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: run run-hf test ui serve bench lint lock clean docs docs-serve
+.PHONY: run run-hf run-task test ui serve bench lint lock clean docs docs-serve
 
 # what running needs (make run, ui, serve: the gateway's extra; make run-hf: the Hugging Face one too); every extra,
 # the tests' tools and the production profile come with make test, in one install (a second pass over the installed
 # packages costs 15 s)
 # no bytecode compiled ahead (as uv does): Python writes it for the modules it imports, about 1 in 4 (saves about
 # 450 MB and a minute of install)
+# a comma inside $(call ...) would split its argument in two
+comma := ,
+
 define install
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
@@ -32,7 +35,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 $(HF_STAMP): pyproject.toml constraints.txt
-	$(call install,.[serve,hf])
+	$(call install,.[serve$(comma)hf])
 	touch $(STAMP) $(HF_STAMP)
 
 $(DEV_STAMP): pyproject.toml constraints.txt
@@ -50,6 +53,13 @@ HF_ENV := RMI_RECIPE=rmi_pipeline.recipes.words:WordsRecipe RMI_MODEL_NAME=rmi-w
 
 run-hf: $(HF_STAMP)  ## the whole loop on the text recipe, 3 cycles, in .rmi-words
 	$(HF_ENV) $(BIN)/rmi run --fresh --cycles 3
+
+# a task the pipeline cannot check: the world writes a team's model and its curators' eval file, users rate a few
+# answers, a judge model over HTTP scores the evals (docs/how-to/your-task-and-eval.md)
+TASK_ENV := RMI_HOME=$(CURDIR)/.rmi-task RMI_TRAIN_STEPS=300 RMI_SIM_QUERIES_PER_CYCLE=40000
+
+run-task: $(HF_STAMP)  ## the whole loop on a task it cannot check (a team's model, eval file and judge), 3 cycles
+	$(TASK_ENV) $(BIN)/rmi run --fresh --cycles 3 --task catalogue
 
 test: $(DEV_STAMP)  ## the test suite (about 11 minutes on 2 cores, install included)
 	@# the browser test drives Debian's Chromium (never a downloaded browser); installed when we may
@@ -88,4 +98,4 @@ lock: $(DEV_STAMP)  ## resolve constraints.txt again from pyproject.toml, after 
 		$(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS)) --custom-compile-command "make lock" -o constraints.txt
 
 clean:  ## remove the venv and everything the loop wrote
-	rm -rf $(VENV) $(RMI_HOME) .rmi-words .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(RMI_HOME) .rmi-words .rmi-task .pytest_cache .ruff_cache *.egg-info

@@ -2,11 +2,11 @@
 
     python bench/decoding.py [--problems 20000] [--tier 8] [--ways recomputed,concatenated,cached]
 
-Practice, RL, the coach, self-labelling, the evals and the simulated users all answer through
-`ml.decoding.decode`; a cycle of the full method decodes a few hundred thousand answers. The ways run on the same
-model and prompts (greedy and sampled), problems of one tier (prompts of one width decode together), and the
-answers must come out identical. "concatenated" is the cache appended to by concatenation (copied whole at every
-token), the loop's before its buffers doubled when full.
+Practice, RL, the coach, self-labelling, the evals and the simulated users all answer arithmetic through
+`recipes.arithmetic.decoding.decode`; a cycle of the full method decodes a few hundred thousand answers. The ways
+run on the same model and prompts (greedy and sampled), problems of one tier (prompts of one width decode
+together), and the answers must come out identical. "concatenated" is the cache appended to by concatenation
+(copied whole at every token), the loop's before its buffers doubled when full.
 """
 
 import argparse
@@ -31,7 +31,7 @@ def recomputed(net, prompts, new_tokens, temperature, generator, batch_size=2048
 
 
 def concatenated(cache, k, v):
-    """The cache of keys and values grown by concatenation, as ml.gpt kept it before."""
+    """The cache of keys and values grown by concatenation, as gpt.GPT kept it before."""
     if cache:
         k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
     cache[:] = [k, v, k.shape[2]]
@@ -39,10 +39,9 @@ def concatenated(cache, k, v):
 
 
 def main() -> None:
-    from rmi_pipeline.ml import gpt
-    from rmi_pipeline.ml.decoding import decode
-    from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
+    from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe, gpt
     from rmi_pipeline.recipes.arithmetic import tokens as tok
+    from rmi_pipeline.recipes.arithmetic.decoding import decode
     from rmi_pipeline.recipes.arithmetic.problems import parse
 
     parser = argparse.ArgumentParser()

@@ -352,16 +352,21 @@ def asset_graph_page() -> str:
 # --------------------------------------------------------------------------------------------- recipe contract
 
 
+# what the loop calls to ask about a recipe's capabilities: documented apart from the methods a recipe writes
+ASKING = ("has", "skipped", "written_capabilities")
+
+
 def recipe_page() -> str:
-    """The Recipe base class: its attributes and methods with their docstrings, required ones first."""
+    """The Recipe base class: its attributes and methods with their docstrings, required ones first, then the
+    capabilities and the methods that make them."""
     from rmi_pipeline.recipes import base
-    from rmi_pipeline.recipes.base import Task
+    from rmi_pipeline.recipes.base import CAPABILITIES, Task
 
     source = Path(base.__file__).read_text()
     tree = ast.parse(source)
     lines = source.splitlines()
     recipe = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Recipe")
-    attributes, required, optional = [], [], []
+    attributes, required, optional, asking = [], [], [], []
     for node in recipe.body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             # the comment on the line, or the comment lines just above it, says what the attribute is
@@ -377,13 +382,16 @@ def recipe_page() -> str:
             decorators = {ast.unparse(d) for d in node.decorator_list}
             if "property" in decorators or not ast.get_docstring(node):
                 continue
-            args = ast.unparse(node.args).removeprefix("self, ").removeprefix("self")
+            args = ast.unparse(node.args).removeprefix("self, ").removeprefix("self").removeprefix("cls")
             returns = f" -> {ast.unparse(node.returns)}" if node.returns else ""
             signature = f"```python\ndef {node.name}({args}){returns}\n```"
             entry = "\n\n".join([heading(3, f"`{node.name}`", node.name), signature,
                                   paragraph(ast.get_docstring(node))])
-            (required if "abstractmethod" in decorators else optional).append(entry)
+            (required if "abstractmethod" in decorators else asking if node.name in ASKING else optional).append(entry)
     task_fields = [(f"`{name}`", f"`{kind}`") for name, kind in Task.__annotations__.items()]
+    capabilities = [(f"`{c.name}`", ", ".join(f"`{m}`" for m in c.marks + c.needs),
+                     ", ".join(f"`{b}`" for b in c.builds_on) or "-", c.unlocks, c.without)
+                    for c in CAPABILITIES.values()]
     parts = ["# The recipe contract", MARK.format(source="rmi_pipeline/recipes/base.py"),
              paragraph(base.__doc__),
              "A recipe is a subclass of `rmi_pipeline.recipes.base.Recipe`; `RMI_RECIPE` names it "
@@ -392,8 +400,16 @@ def recipe_page() -> str:
              "[bring your own task and eval file](../how-to/your-task-and-eval.md).",
              "## Attributes", table(("attribute", "type", "default", "what it is"), attributes),
              "## Methods a recipe must write", *required,
+             heading(2, "Capabilities", "capabilities"),
+             paragraph(base.Capability.__doc__) + " A recipe has one when it writes any of the first methods named; "
+             "the rest come with it. The loop uses one only where the capabilities it builds on are there too "
+             "(`recipe.capabilities`: the set it may use), asks `recipe.has(name)` first and says once what it skips; "
+             "calling a method of one the recipe lacks raises `MissingCapability`. `rmi check-recipe` checks the core "
+             "and each capability a recipe has.",
+             table(("capability", "methods", "builds on", "what it unlocks", "without it"), capabilities),
+             *asking,
              "## Methods a recipe may override",
-             "Each has a default that works; a capability left at its default is skipped by the loop.", *optional,
+             "Each has a default: the core's work as they are, a capability's are skipped by the loop.", *optional,
              heading(2, "`Task`", "task"), paragraph(Task.__doc__), table(("field", "type"), task_fields)]
     return "\n\n".join(parts) + "\n"
 

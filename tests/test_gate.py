@@ -1,6 +1,8 @@
 """The promotion gate on fixed per-item tables and in seeded trials: what gets promoted, and why."""
 
 
+import math
+
 import numpy as np
 import pytest
 
@@ -63,6 +65,20 @@ def test_a_public_gain_the_private_set_does_not_share_is_blocked_as_a_leak():
     private = Paired(items(0.56, 1400), items(0.5, 1400))
     d = decide(slices, set(SLICES), GATE, leak_pairs={"public": (public, private)})
     assert not d.promote and "likely leak: public gains +0.390" in d.reason
+
+
+def test_a_leak_gap_within_the_noise_of_a_small_unseen_set_does_not_block_and_the_same_gap_on_large_sets_does():
+    slices = table({s: 0.7 for s in SLICES}, {s: 0.5 for s in SLICES})
+
+    def pair(n: int, better: int, worse: int) -> Paired:  # answers that differ both ways, as a real challenger's do
+        champion = np.array([0.0] * better + [1.0] * worse + [0.0] * (n - better - worse))
+        return Paired(np.array([1.0] * better + [0.0] * worse + [0.0] * (n - better - worse)), champion)
+
+    # gains 0.200 on 180 anchor items and 0.067 on an eval file's 60 held-out ones: 0.133 apart, 1.5 standard errors
+    small = decide(slices, set(SLICES), GATE, leak_pairs={"anchor": (pair(180, 54, 18), pair(60, 12, 8))})
+    assert small.leaks["anchor"] > GATE.leak_gap and small.promote
+    large = decide(slices, set(SLICES), GATE, leak_pairs={"anchor": (pair(1800, 540, 180), pair(600, 120, 80))})
+    assert not large.promote and "likely leak: anchor gains +0.133" in large.reason
 
 
 def test_the_first_model_needs_the_floor_under_its_interval():
@@ -163,3 +179,46 @@ def test_a_few_item_slices_do_not_make_an_equal_challenger_s_gain_look_real():
             slices[f"add/{200 + j}"] = Paired(rng.integers(0, 2, n).astype(float), rng.integers(0, 2, n).astype(float))
         promoted += decide(slices, set(slices), GATE, seed=t).promote
     assert promoted <= 3
+
+
+def graded_suite(trial: int, better_by: float, slices: int = 6, n: int = 60) -> dict[str, Paired]:
+    """Graded scores (token F1, a judge's share of criteria): each item has its own ease, each model its own noise,
+    never clipped, so the challenger's true mean is the champion's plus `better_by` exactly."""
+    rng = np.random.default_rng(trial)
+    suite = {}
+    for i in range(slices):
+        ease = rng.uniform(0.2, 0.6, n)
+        suite[f"topic/{i}"] = Paired((ease + better_by + rng.uniform(-0.2, 0.2, n)).round(3),
+                                     (ease + rng.uniform(-0.2, 0.2, n)).round(3))
+    return suite
+
+
+def test_two_equal_graded_models_are_seldom_promoted_and_a_better_one_is():
+    """On continuous scores, an equal challenger is promoted at most about as often as the one-sided level (1%) says,
+    and one better by 0.1 on average is promoted nearly always."""
+    gate = GATE.model_copy(update={"resamples": 200})
+    equal = [decide(suite, set(suite), gate, seed=t).promote for t in range(400) for suite in [graded_suite(t, 0.0)]]
+    assert sum(equal) <= 8  # 2% of 400: the nominal 1% and its noise
+    better = [decide(suite, set(suite), gate, seed=t) for t in range(40) for suite in [graded_suite(t, 0.1)]]
+    assert sum(d.promote for d in better) >= 38 and all("Promoted" in d.reason for d in better if d.promote)
+
+
+def test_graded_scores_get_the_same_tests_as_0_1_scores():
+    """The sign flips drawn per item (many distinct sizes) give the exact binomial p-value, and the bootstrap drawn per
+    item gives scipy's percentile interval: graded scores are tested as 0/1 scores are, only drawn another way."""
+    from scipy.stats import bootstrap
+
+    from rmi_pipeline.ml.gate import _interval, _p_chance
+
+    n, better = 400, 215  # +1 on 215 items, -1 on 185: each size nudged apart so that no two share a binomial draw
+    sample = np.where(np.arange(n) < better, 1.0, -1.0) * (1 - 1e-9 * np.arange(n))
+    exact = sum(math.comb(n, k) for k in range(better, n + 1)) / 2 ** n
+    gain = (2 * better - n) / n - 0.001  # below the observed gain by less than one item's flip (0.005)
+    assert _p_chance([sample], gain, 40_000, np.random.default_rng(0)) == pytest.approx(exact, abs=0.005)
+    rng = np.random.default_rng(1)
+    samples = [rng.beta(2, 3, size=300) - rng.beta(2, 3, size=300) for _ in range(4)]
+    ours = _interval(samples, 0.98, 4000, np.random.default_rng(2), "percentile")
+    theirs = bootstrap(samples, lambda *s, axis=-1: np.mean([x.mean(axis=axis) for x in s], axis=0), n_resamples=4000,
+                       confidence_level=0.98, method="percentile", vectorized=True, paired=False,
+                       rng=np.random.default_rng(2)).confidence_interval
+    assert ours == pytest.approx((theirs.low, theirs.high), abs=0.006)

@@ -275,7 +275,7 @@ def test_the_champion_practises_for_its_successor_with_every_source_on(loop, tmp
 
 def test_the_champion_answers_from_memory_what_it_answered_as_the_challenger_and_the_same_way(loop):
     from rmi_pipeline.assets.evals import remembered
-    from rmi_pipeline.ml.scoring import item_key
+    from rmi_pipeline.ml.scored import item_key
     from rmi_pipeline.ml.tasks import Task
 
     instance = DagsterInstance.from_config(str(loop["settings"].dagster_home))

@@ -86,7 +86,7 @@ def test_greedy_answers_come_back_in_reading_order():
 
 
 def test_decoding_with_cached_keys_gives_the_tokens_of_recomputing_every_step():
-    from rmi_pipeline.ml.decoding import decode
+    from rmi_pipeline.recipes.arithmetic.decoding import decode
 
     torch.manual_seed(0)
     net = R.build_model(3e-3, 10).model.eval()
@@ -113,7 +113,7 @@ def test_decoding_with_cached_keys_gives_the_tokens_of_recomputing_every_step():
 def test_long_prompts_are_decoded_a_few_rows_at_a_time_with_the_same_answers(monkeypatch):
     """A first forward pass over many long prompts held rows x tokens^2 attention scores at once: 20 GB for 640
     sampled answers to 500-digit sums. The rows decoded together shrink with the prompt's length."""
-    from rmi_pipeline.ml import decoding
+    from rmi_pipeline.recipes.arithmetic import decoding
 
     torch.manual_seed(0)
     net = R.build_model(3e-3, 10).model.eval()
@@ -128,7 +128,7 @@ def test_long_prompts_are_decoded_a_few_rows_at_a_time_with_the_same_answers(mon
 
 
 def test_places_are_read_off_the_tokens_so_one_place_value_stands_at_one_place():
-    from rmi_pipeline.ml.gpt import layout
+    from rmi_pipeline.recipes.arithmetic.gpt import layout
 
     ids = tok.encode(["321+540=8610", "3-2=10"])
     places, segments, _ = layout(ids, torch.tensor(tok.SEPARATORS), tok.ANSWER_TOKEN)

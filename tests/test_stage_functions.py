@@ -11,7 +11,7 @@ import torch
 from rmi_pipeline.ml.hygiene import is_mined_holdout
 from rmi_pipeline.ml.mix import EARLIER_PRACTICE, in_mix, mix_sources, weights
 from rmi_pipeline.ml.practice import retry_prompts
-from rmi_pipeline.ml.scoring import Scored, eval_tasks, top_tier
+from rmi_pipeline.ml.scored import Scored, eval_tasks, top_tier
 from rmi_pipeline.ml.seeding import turn_seed
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 

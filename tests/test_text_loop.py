@@ -9,12 +9,13 @@ import sys
 
 import polars as pl
 import pytest
+from conftest import RATES_EVERY_ANSWER
 
 from rmi_pipeline.ml.hygiene import ngram_hashes
 
 TEXT = {"RMI_RECIPE": "rmi_pipeline.recipes.words:WordsRecipe", "RMI_MODEL_NAME": "rmi-words",
         "RMI_TRAIN_BOOTSTRAP_STEPS": "200", "RMI_TRAIN_STEPS": "100", "RMI_GATE_FIRST_FLOOR": "0",
-        "RMI_SIM_QUERIES_PER_CYCLE": "600", "RMI_SIM_EVAL_LIKE_SHARE": "0.3",
+        "RMI_SIM_QUERIES_PER_CYCLE": "600", "RMI_SIM_EVAL_LIKE_SHARE": "0.3", **RATES_EVERY_ANSWER,
         "RMI_EVAL_ITEMS_PER_SLICE": "20", "RMI_EVAL_REFRESHED_ITEMS_PER_SLICE": "20",
         "MLFLOW_DISABLE_TELEMETRY": "true",
         "RMI_MIX": '{"practice": 0, "rl": 0, "hint_distill": 0, "self_label": 0}'}  # as make run-hf

@@ -6,10 +6,11 @@ from .evals import eval_suite
 from .evaluation import candidate_evaluation
 from .feedback import feedback_batch, feedback_events
 from .health import champion_health
+from .judging import judge_agreement
 from .practice import practice
 from .promotion import champion
 from .training import candidate_model
 
 FEEDBACK = [feedback_batch, feedback_events]
-CYCLE = [eval_suite, practice, training_dataset, candidate_model, candidate_evaluation, champion]
+CYCLE = [eval_suite, judge_agreement, practice, training_dataset, candidate_model, candidate_evaluation, champion]
 ALL = FEEDBACK + CYCLE + [canary_verdict, champion_health]

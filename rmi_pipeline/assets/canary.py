@@ -42,7 +42,10 @@ def canary_verdict(context: AssetExecutionContext, settings: ResourceParam[Setti
     rules = settings.canary
     started = float(canary.tags.get(STARTED_AT, time.time()))
     hours = (time.time() - started) / 3600
-    periods = live_periods(warehouse, version, str(champion.version), datetime.fromtimestamp(started, UTC))
+    from ..recipes.base import load_recipe
+
+    periods = live_periods(warehouse, version, str(champion.version), datetime.fromtimestamp(started, UTC),
+                           tiered=load_recipe(settings.recipe).has("generator"))
     verdict = judge(periods, confidence=settings.gate.confidence,
                     tolerance=rules.tolerance, min_events=rules.min_events, timed_out=hours >= rules.max_hours,
                     canary_version=version, champion_version=str(champion.version))
@@ -72,9 +75,10 @@ def canary_verdict(context: AssetExecutionContext, settings: ResourceParam[Setti
     })
 
 
-def live_periods(warehouse: Warehouse, canary: str, champion: str, since: datetime) -> dict:
+def live_periods(warehouse: Warehouse, canary: str, champion: str, since: datetime, tiered: bool = True) -> dict:
     """{slice: [Period]}: rated answers and thumbs-down of each arm since the trial began, per feedback batch the
-    canary answered in (a version put on trial again is judged on its new trial only)."""
+    canary answered in (a version put on trial again is judged on its new trial only); `tiered`: slices are a skill
+    and a tier (a recipe without tiers names them by skill, the app's topic)."""
     from ..ml.canary import Period
     from ..recipes.base import slice_name
 
@@ -86,7 +90,8 @@ def live_periods(warehouse: Warehouse, canary: str, champion: str, since: dateti
         " GROUP BY ALL", [canary, canary, champion, since, canary, since])
     cells: dict[tuple[str, str], dict[bool, tuple[int, int]]] = {}
     for r in rows.iter_rows(named=True):
-        cells.setdefault((slice_name(r["skill"], r["tier"]), r["batch_id"]), {})[r["canary"]] = (r["rated"], r["down"])
+        name = slice_name(r["skill"], r["tier"] if tiered else None)
+        cells.setdefault((name, r["batch_id"]), {})[r["canary"]] = (r["rated"], r["down"])
     periods: dict[str, list] = {}
     for (name, _), arms in sorted(cells.items()):
         (n1, d1), (n0, d0) = arms.get(True, (0, 0)), arms.get(False, (0, 0))

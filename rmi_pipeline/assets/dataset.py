@@ -53,7 +53,7 @@ def training_dataset(context: AssetExecutionContext, settings: ResourceParam[Set
     manifest = storage.read_json(layout.EVAL_MANIFEST)
     champion = registry.version(CHAMPION)
     trained = _batches_of(storage, champion.tags.get("dataset_version")) if champion else set()
-    seed = recipe.seed_tasks(random.Random(settings.seed))
+    seed = recipe.seed_tasks(random.Random(settings.seed)) if recipe.has("generator") else []  # else its own model
     seed_rows = pl.DataFrame({"prompt": [t.prompt for t in seed], "target": [t.answer for t in seed],
                               "source": "seed", "scale": 1.0}).with_columns(
         *(pl.lit(None, pl.String).alias(c) for c in ("batch_id", "reference", "teacher")))
@@ -103,7 +103,7 @@ def _hinted_corrections(recipe, warehouse: Warehouse):
 
     from ..ml.dataset import schema
 
-    if recipe.hint("", "") is None:
+    if not recipe.has("hints") or recipe.hint("", "") is None:
         return pl.DataFrame(schema=schema())
     corrected = warehouse.query("SELECT prompt, completion, correction, batch_id FROM feedback_events "
                                 "WHERE correction IS NOT NULL ORDER BY ts, event_id")

@@ -26,7 +26,8 @@ from ..resources import layout
 from ..resources.registry import CHALLENGER, CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..settings import Settings
-from .evals import eval_suite, load_sets, remember, remembered, save_slice_scores
+from .evals import eval_scorer, eval_suite, keep_verdicts, load_sets, remember, remembered, save_slice_scores
+from .judging import judge_agreement
 from .training import candidate_model
 
 HEADROOM_CHECK = AssetCheckSpec(
@@ -44,7 +45,7 @@ GATE_CHECK = AssetCheckSpec(
                 "leak signal); a warning when it is rejected. The champion stays where it was on a warning.")
 
 
-@asset(deps=[candidate_model, eval_suite], group_name="evaluation", kinds={"pytorch"},
+@asset(deps=[candidate_model, eval_suite, judge_agreement], group_name="evaluation", kinds={"pytorch"},
        check_specs=[GATE_CHECK, HEADROOM_CHECK])
 def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
                          eval_store: ObjectStore, registry: ModelRegistry) -> MaterializeResult:
@@ -53,7 +54,7 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
     import numpy as np
 
     from ..ml.gate import decide, markdown
-    from ..ml.scoring import Scored, eval_tasks, top_tier
+    from ..ml.scored import Scored, eval_tasks, top_tier
     from ..recipes.base import load_recipe
 
     recipe = load_recipe(settings.recipe)
@@ -69,9 +70,13 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
     if champion is not None and champion.version == challenger.version:
         raise RuntimeError(f"v{challenger.version} is already the champion: train a new challenger first")
     versions = [mv for mv in (challenger, champion) if mv]
-    memos = [remembered(recipe, registry, eval_store, mv) for mv in versions]
+    scorer = eval_scorer(settings, eval_store)
+    memos = [remembered(recipe, registry, eval_store, mv, scorer) for mv in versions]
     started = time.perf_counter()
-    scored = Scored(tasks, [np.array(memo.correct([t for _, t in tasks]), dtype=float) for memo in memos])
+    try:
+        scored = Scored(tasks, [np.array(memo.scores([t for _, t in tasks]), dtype=float) for memo in memos])
+    finally:
+        judge_usage = keep_verdicts(eval_store, scorer)
     compute_seconds = time.perf_counter() - started
     for mv, memo in zip(versions, memos, strict=True):
         remember(eval_store, registry, mv, memo, only_asked=True)
@@ -83,22 +88,24 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
     counted = {slice_name(s, t) for s, t in private}
     decision = decide(slices, counted, settings.gate, leak_pairs=scored.leak_pairs(private) if champion else {},
                       seed=settings.seed + int(challenger.version))
+    judged = judge_report(storage, settings, scored, private, decision) if settings.evals.scorer == "judge" else {}
     verdict = "promote" if decision.promote else "reject"
     context.log.info(f"challenger v{challenger.version}: {verdict}. {decision.reason}")
 
     # The anchor is frozen: its means are comparable across every cycle (the learning curve), beside the highest
     # tier each model solves, which the grown tiers let climb past the anchor's.
-    scores = {"challenger_anchor_mean": scored.anchor_mean(0, private)}
-    scores |= {f"challenger_skill_{s}": scored.anchor_mean(0, private, s) for s in recipe.skills}
-    scores |= {f"challenger_top_tier_{s}": top_tier(slices, s, 0, settings.saturation) for s in recipe.skills}
-    if champion:
-        scores |= {"champion_anchor_mean": scored.anchor_mean(1, private)}
-        scores |= {f"champion_skill_{s}": scored.anchor_mean(1, private, s) for s in recipe.skills}
-        scores |= {f"champion_top_tier_{s}": top_tier(slices, s, 1, settings.saturation) for s in recipe.skills}
+    scores: dict[str, float] = {}
+    skills = sorted({s for s, _ in private})  # an eval file's slices, or the recipe's skills
+    tiered = all(t is not None for _, t in private)
+    for model, who in enumerate(["challenger", "champion"][:len(versions)]):
+        scores[f"{who}_anchor_mean"] = scored.anchor_mean(model, private)
+        scores |= {f"{who}_skill_{s}": scored.anchor_mean(model, private, s) for s in skills}
+        if tiered:
+            scores |= {f"{who}_top_tier_{s}": top_tier(slices, s, model, settings.saturation) for s in skills}
     report = {"challenger_version": challenger.version, "champion_version": champion.version if champion else None,
               "suite_version": manifest["version"], "grown_version": manifest.get("grown_version"),
               "refreshed_version": manifest["refreshed_version"],
-              "scores": scores, "decision": decision.as_dict()}
+              "scores": scores, "decision": decision.as_dict(), "judge": judged}
     storage.write_json(layout.evaluation(challenger.version), report)
     registry.tag(challenger.version, {"eval_anchor_mean": f"{scores['challenger_anchor_mean']:.4f}",
                                       "gate_verdict": verdict, "gate_reason": decision.reason[:4000]})
@@ -126,12 +133,38 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
         **{f"leak_{k}": round(v, 4) for k, v in decision.leaks.items()},
         "eval_items": {k: len(v) for k, v in sets.items()},
         "eval_compute_seconds": round(compute_seconds, 3),
+        **judge_usage, **judged,
         # the champion answered most of the suite before (the cycle before, as the challenger): not decoded again
         "items_decoded": dict(zip(("challenger", "champion"), (memo.decoded for memo in memos), strict=False)),
         "verdict_table": MetadataValue.md(markdown(decision)),
         "slices": slice_table(decision),
         **{f"score {s.name}": round(s.challenger, 4) for s in decision.slices if s.counted},  # one plot per slice
     }, check_results=[gate(decision, interval), headroom(slices, counted)])
+
+
+def judge_report(storage: ObjectStore, settings: Settings, scored, private: set, decision) -> dict:
+    """The judged pass rates on the counted part of the eval file corrected for the judge's measured errors (each
+    with its interval), and the judge's verdict: one that people disagree with blocks promotion, saying so."""
+    from ..scoring.calibration import Agreement, corrected_pass_rate
+
+    if not storage.exists(layout.JUDGE_AGREEMENT):
+        return {"judge_status": "unmeasured", "judge_sentence": "The judge's agreement with people is not measured "
+                "yet (judge_agreement has not run): its pass rates are shown uncorrected."}
+    measured = storage.read_json(layout.JUDGE_AGREEMENT)
+    overall = Agreement(**measured["slices"]["all"])
+    report = {"judge_status": measured["verdict"]["status"], "judge_sentence": measured["verdict"]["sentence"]}
+    counted = [i for i, (name, task) in enumerate(scored.tasks) if name == "anchor" and (task.skill, task.tier)
+               in private]
+    for model, who in enumerate(["challenger", "champion"][:len(scored.right)]):
+        passes = int((scored.right[model][counted] >= 0.5).sum())
+        corrected = corrected_pass_rate(passes, len(counted), overall.tpr_counts, overall.fpr_counts)
+        report[f"{who}_judged_pass_rate"] = round(passes / max(1, len(counted)), 4)
+        report |= {f"{who}_corrected_pass_rate": corrected.estimate, f"{who}_corrected_low": round(corrected.low, 4),
+                   f"{who}_corrected_high": round(corrected.high, 4), f"{who}_corrected": corrected.sentence}
+    if measured["verdict"]["blocks"] and decision.promote:
+        decision.promote = False
+        decision.reason = f"Blocked by the judge: {measured['verdict']['sentence']} (the gate alone: {decision.reason})"
+    return report
 
 
 def gate(decision, interval: dict) -> AssetCheckResult:

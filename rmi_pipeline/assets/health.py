@@ -1,9 +1,9 @@
 """champion_health: is the model in production still as good as when it was promoted?
 
-Two signals per slice: the champion's exact match on the current eval suite (anchor and this cycle's refreshed
-set pooled, and the mined hard cases), and the live thumbs-down rate of its latest rated answers in the warehouse.
-A model answers the same items the same way, so its scores on a suite are computed once (by its evaluation, or by
-the first check on that suite) and later checks reuse them until eval_suite draws a new suite: a check after an
+Two signals per slice: the champion's score (RMI_EVAL_SCORER) on the current eval suite (anchor and this cycle's
+refreshed set pooled, and the mined hard cases), and the live thumbs-down rate of its latest rated answers in the
+warehouse. A model answers the same items the same way, so its scores on a suite are computed once (by its evaluation,
+or by the first check on that suite) and later checks reuse them until eval_suite draws a new suite: a check after an
 ingest or on the hourly schedule then loads no model and decodes nothing. The first check of a champion records its
 baseline; later checks flag a slice whose score falls, or whose thumbs-down rate rises, past RMI_HEALTH_TOLERANCE.
 regression_sensor acts on the verdict. The mined hard cases are shown, not judged: they are the champion's own
@@ -41,7 +41,7 @@ from ..resources.registry import CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..resources.warehouse import Warehouse
 from ..settings import Settings
-from .evals import eval_suite, load_sets, remember, remembered, save_slice_scores
+from .evals import eval_scorer, eval_suite, keep_verdicts, load_sets, remember, remembered, save_slice_scores
 
 MIN_RATED = 30  # fewer rated answers on a slice say nothing about its rate
 
@@ -62,23 +62,27 @@ def champion_health(context: AssetExecutionContext, settings: ResourceParam[Sett
     ingest and after every cycle."""
     import numpy as np
 
-    from ..ml.scoring import MINED, Scored, eval_tasks
+    from ..ml.scored import MINED, Scored, eval_tasks
     from ..recipes.base import load_recipe
 
     champion = registry.version(CHAMPION)
     if champion is None:
         return MaterializeResult(metadata={"regressed": False, "status": "no champion yet"}, check_results=[
             AssetCheckResult(check_name=HEALTH_CHECK.name, passed=True, description="No champion yet.")])
+    recipe = load_recipe(settings.recipe)
     manifest = storage.read_json(layout.EVAL_MANIFEST)
     cached = layout.slice_scores(str(champion.version), manifest["refreshed_version"])
     if storage.exists(cached):  # it answered this suite in its evaluation or a check before: the same answers
         scores = dict(sorted(storage.read_json(cached)["scores"].items()))
         scored = f"reused: scored once on suite {manifest['refreshed_version']}"
     else:
-        recipe = load_recipe(settings.recipe)
         tasks = eval_tasks(load_sets(eval_store, manifest))
-        memo = remembered(recipe, registry, eval_store, champion)
-        right = memo.correct([t for _, t in tasks])
+        scorer = eval_scorer(settings, eval_store)
+        memo = remembered(recipe, registry, eval_store, champion, scorer)
+        try:
+            right = memo.scores([t for _, t in tasks])
+        finally:
+            keep_verdicts(eval_store, scorer)
         remember(eval_store, registry, champion, memo, only_asked=True)
         scores = {name: float(pair.challenger.mean())
                   for name, pair in sorted(Scored(tasks, [np.array(right, dtype=float)]).slices().items())}
@@ -86,11 +90,13 @@ def champion_health(context: AssetExecutionContext, settings: ResourceParam[Sett
         scored = f"answered {len(tasks):,} items"
 
     window = settings.health.window_events
-    down, down_all, rated = live_rates(warehouse, str(champion.version), window)
+    tiered = recipe.has("generator")
+    down, down_all, rated = live_rates(warehouse, str(champion.version), window, tiered=tiered)
 
     key = layout.health_baseline(champion.version)
     if not storage.exists(key):  # the champion's first check is its baseline
-        before, before_all, before_rated = live_rates(warehouse, str(champion.version), window, others=True)
+        before, before_all, before_rated = live_rates(warehouse, str(champion.version), window, others=True,
+                                                      tiered=tiered)
         storage.write_json(key, {"scores": scores, "down": before, "down_all": before_all, "rated": before_rated})
     baseline = storage.read_json(key)
     if not baseline["down"] and down:  # the first champion: its first rated answers
@@ -166,15 +172,16 @@ def _roll_back_if_worse(context, settings: Settings, registry: ModelRegistry, no
     return f"v{before_v} -> v{after_v}: {reason}"
 
 
-def live_rates(warehouse: Warehouse, version: str, window: int,
-               others: bool = False) -> tuple[dict[str, float], float | None, dict[str, tuple[int, int]]]:
+def live_rates(warehouse: Warehouse, version: str, window: int, others: bool = False,
+               tiered: bool = True) -> tuple[dict[str, float], float | None, dict[str, tuple[int, int]]]:
     """Thumbs-down rate per slice (slices with MIN_RATED answers) and over all, in the latest `window` rated answers
-    of a model version, or of every other version; and those slices' (rated, thumbs-down) counts."""
+    of a model version, or of every other version; and those slices' (rated, thumbs-down) counts. `tiered`: a slice
+    is a skill and a tier (a recipe without tiers names them by skill, the app's topic)."""
     rows = warehouse.query(
         "SELECT skill, tier, count(*) AS rated, avg(CASE WHEN rating = 'down' THEN 1.0 ELSE 0.0 END) AS down"
         f" FROM (SELECT * FROM feedback_events WHERE model_version {'<>' if others else '='} ?"
         " AND rating IS NOT NULL AND tier IS NOT NULL ORDER BY ts DESC LIMIT ?) GROUP BY ALL", [version, window])
-    rows = sorted(({**r, "slice": slice_name(r["skill"], r["tier"])} for r in rows.to_dicts()),
+    rows = sorted(({**r, "slice": slice_name(r["skill"], r["tier"] if tiered else None)} for r in rows.to_dicts()),
                   key=lambda r: r["slice"])
     rated = sum(r["rated"] for r in rows)
     kept = [r for r in rows if r["rated"] >= MIN_RATED]

@@ -32,6 +32,11 @@ def practice(context: AssetExecutionContext, settings: ResourceParam[Settings], 
     from ..recipes.base import load_recipe
 
     mix, recipe = settings.mix, load_recipe(settings.recipe)
+    if not (recipe.has("generator") and recipe.has("verifier")):  # problems to practise, and a way to check them
+        storage.write_json(layout.PRACTICE_LATEST, {"champion_version": None})
+        lacking = recipe.skipped()
+        return MaterializeResult(metadata={"status": "skipped", "skipped": "; ".join(
+            lacking[c] for c in ("generator", "verifier") if c in lacking)})
     champion = registry.version(CHAMPION)
     if champion is None or not any(mix[s] for s in SOURCES):
         storage.write_json(layout.PRACTICE_LATEST, {"champion_version": None})

@@ -11,6 +11,7 @@
     rmi feedback stats               thumbs-down rates, corrections and failing prompts
     rmi promote VERSION --reason T   a person overrides the gate (audited)
     rmi rollback --reason T          back to the previous champion (audited)
+    rmi check-recipe PATH            check a recipe (package.module:ClassName) against the recipe contract
 
 Every help page shows the defaults; settings come from RMI_* environment variables (docs/reference/settings.md).
 """
@@ -27,6 +28,7 @@ import typer
 from ..settings import Settings
 from . import feedback
 from .chat import chat
+from .check import check_recipe
 from .extras import require
 from .home import prepare_home, reach_stores, say
 from .overrides import promote, rollback
@@ -125,7 +127,8 @@ def status() -> int:
     return 0
 
 
-COMMANDS, FEEDBACK = (run, ui, serve, chat, simulate, status, promote, rollback), (feedback.ingest, feedback.stats)
+COMMANDS = (run, ui, serve, chat, simulate, status, promote, rollback, check_recipe)
+FEEDBACK = (feedback.ingest, feedback.stats)
 for command in COMMANDS:
     app.command(epilog=SETTINGS)(command)
 for command in FEEDBACK:
@@ -137,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     # before torch loads: its waiting OpenMP threads sleep instead of spinning, so shared cores stay usable
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = sys.argv[1:] if argv is None else argv
-    known = {c.__name__ for c in COMMANDS + FEEDBACK} | {"feedback"}
+    known = {c.__name__.replace("_", "-") for c in COMMANDS + FEEDBACK} | {"feedback"}
     name = " ".join(["rmi", *(a for a in args[:2] if a in known)])  # "rmi feedback ingest": what said the error
     try:
         return app(args=args, prog_name="rmi", standalone_mode=False) or 0

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..assets import candidate_evaluation, candidate_model, champion, eval_suite, training_dataset
+from ..assets import candidate_evaluation, candidate_model, champion, eval_suite, judge_agreement, training_dataset
 from ..resources.registry import CANARY, CHALLENGER, CHAMPION
 
 # the column a stage's seconds go in: step keys are the assets' names
@@ -38,6 +38,7 @@ class CycleRecord:
     run_id: str | None = None
     interrupted: bool = False  # Ctrl-C or SIGTERM reached the run: Dagster failed it and `rmi run` stops
     closing: dict = field(default_factory=dict)  # the last cycle's: the round of users that judged its canary
+    judge: dict = field(default_factory=dict)  # a judge's agreement with people, and the corrected pass rates
 
     def read_cycle_run(self, result, instance) -> None:
         """Fill in from the improvement_cycle run: materialization metadata and step timings."""
@@ -72,6 +73,12 @@ class CycleRecord:
         self.challenger_top_tier = {s: ev[f"challenger_top_tier_{s}"] for s in skills
                                     if f"challenger_top_tier_{s}" in ev}
         self.suite_tiers = meta.get(eval_suite.key.to_user_string(), {}).get("tiers", "")
+        agreed = meta.get(judge_agreement.key.to_user_string(), {})
+        if "agreement" in agreed or "judge_status" in ev:
+            self.judge = {"agreement": agreed.get("agreement"), "kappa": agreed.get("kappa"),
+                          "rated": agreed.get("rated_answers"), "sentence": agreed.get("sentence", ""),
+                          **{k: ev[k] for k in ("challenger_corrected_pass_rate", "challenger_corrected_low",
+                                                "challenger_corrected_high", "judge_calls", "judge_cost") if k in ev}}
         kept = ev.get("champion_version")
         self.champion_version = self.challenger_version if promoted else (None if kept == "none" else kept)
         for step in instance.get_run_step_stats(result.run_id):
@@ -85,6 +92,20 @@ class CycleRecord:
         if action == "promote":
             self.champion, self.champion_version = dict(self.challenger), self.challenger_version
             self.top_tier = dict(self.challenger_top_tier)
+
+    def judge_line(self) -> str | None:
+        """The judge's standing this cycle, in a line: its agreement with people and the corrected pass rate."""
+        if not self.judge:
+            return None
+        j = self.judge
+        agreed = ("agreement with people not measured yet" if j.get("agreement") is None else
+                  f"agrees with people on {j['agreement']:.0%} of {j['rated']:,} rated answers"
+                  + (f" (kappa {j['kappa']:.2f})" if j.get("kappa") is not None else ""))
+        corrected = j.get("challenger_corrected_pass_rate")
+        fixed = "" if corrected is None else (f"; the challenger's pass rate corrected for its errors {corrected:.3f} "
+                                              f"[{j['challenger_corrected_low']:.3f}, "
+                                              f"{j['challenger_corrected_high']:.3f}]")
+        return f"[cycle {self.cycle}] the judge {agreed}{fixed}; {j.get('judge_calls', 0):,} judge calls"
 
     def progress_line(self) -> str:
         if self.verdict == "canary":
@@ -105,10 +126,11 @@ def summary_table(records: list[CycleRecord]) -> str:
     fmt = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else f"{v:,}")  # noqa: E731
     quality = Table(title="Quality: each cycle's gate, and the champion after it", title_justify="left",
                     caption="anchor (chal. for the challenger, champ. for the champion after the gate, per skill and "
-                            "mean): exact match on the frozen private anchor set (comparable across cycles); "
-                            "gain: the gate's paired gain over the champion on every counted slice, anchor and this "
-                            "cycle's fresh items pooled, with its 98% interval; top tier: the highest tier of each "
-                            "skill the champion answers at RMI_SATURATION on every counted slice up to it",
+                            "mean): the score (RMI_EVAL_SCORER; exact match by default) on the frozen private anchor "
+                            "set (comparable across cycles); gain: the gate's paired gain over the champion on every "
+                            "counted slice, anchor and this cycle's fresh items pooled, with its 98% interval; top "
+                            "tier: the highest tier of each skill the champion answers at RMI_SATURATION on every "
+                            "counted slice up to it",
                     caption_justify="left")
     for name in ["cycle", "chal.", "chal.\nanchor", "gain\n[98% interval]", "verdict",
                  *[f"champ.\n{s}" for s in skills], "champ.\nanchor", "top tier", "champ."]:

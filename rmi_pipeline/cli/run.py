@@ -21,20 +21,36 @@ from .home import prepare_home, reach_stores, say
 def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles after the first model.")] = 5,
         fresh: Annotated[bool, typer.Option("--fresh", help="Start from an empty RMI_HOME (what the loop and the "
                                                             "simulated world wrote there; a file of yours "
-                                                            "stays).")] = False) -> int:
+                                                            "stays).")] = False,
+        task: Annotated[str, typer.Option(help="What the world's users ask: 'recipe' (the recipe's own problems, "
+                                               "which it generates and checks) or 'catalogue' (a shop's catalogue: "
+                                               "the team's own model and eval file, a judge model over HTTP, no "
+                                               "verifier; docs/how-to/your-task-and-eval.md).")] = "recipe",
+        drift_at: Annotated[int | None, typer.Option(help="catalogue: prices change before this cycle's users "
+                                                          "ask.")] = None) -> int:
     """The whole loop against the simulated world: users ask `rmi serve`, their feedback lands, each cycle trains,
     judges and promotes through Dagster, MLflow and DuckDB; then a table and a learning curve. Settings: RMI_HOME,
-    RMI_SIM_QUERIES_PER_CYCLE, RMI_TRAIN_STEPS, RMI_MIX, RMI_PROMOTION (docs/reference/settings.md)."""
+    RMI_SIM_QUERIES_PER_CYCLE, RMI_SIM_RATING_SHARE, RMI_TRAIN_STEPS, RMI_MIX, RMI_PROMOTION
+    (docs/reference/settings.md)."""
     require("serve", "rmi run")  # the world's users ask through the gateway
     # the world asks RMI_SIM_QUERIES_PER_CYCLE questions a cycle: a canary trial takes half of one cycle's users
-    # and ends with their ratings, before the next cycle trains (a 10% share would need 4 cycles of users)
+    # and ends with the ratings they give (RMI_SIM_RATING_SHARE of its answers), before the next cycle trains
+    # (a 10% share would need 4 cycles of users)
     os.environ.setdefault("RMI_CANARY_SHARE", "0.5")
     settings = Settings()
-    os.environ.setdefault("RMI_CANARY_MIN_EVENTS", str(int(0.9 * settings.canary.share *
-                                                           settings.simulation.queries_per_cycle)))
+    sim = settings.simulation
+    os.environ.setdefault("RMI_CANARY_MIN_EVENTS", str(max(1, int(0.9 * settings.canary.share * sim.queries_per_cycle
+                                                                  * sim.rating_share))))
     settings = Settings()
     home = prepare_home(settings, fresh=fresh)
+    world_options = []
+    if task == "catalogue":
+        world_options = the_teams_task(home / "world", drift_at)
+        settings = Settings()
+    elif task != "recipe" or drift_at is not None:
+        raise typer.BadParameter("--task is 'recipe' or 'catalogue'; --drift-at goes with --task catalogue")
     say(f"rmi run: a first model, then {cycles} improvement cycle(s); state in {home}")
+    say(users_line(settings))
     from dagster import DagsterInstance
 
     from ..automation.dead_runs import fail_dead_runs
@@ -55,7 +71,7 @@ def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles afte
     try:
         with running_gateway(env, log_file=home / "serve.log") as (url, _):
             say(f"rmi serve answers the world's users on {url} (its log: {home / 'serve.log'})")
-            with rounds(url, home / "world.log") as users:
+            with rounds(url, home / "world.log", world_options) as users:
                 if users.curated:
                     say("curators wrote the private eval suite")
                 records = _cycles(cycles, defs, instance, users)
@@ -64,6 +80,7 @@ def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles afte
     finally:
         stop_training_workers(home)  # a one-shot command leaves no process behind
     say("")
+    say(users_line(settings, records))
     say(summary_table(records))
     if closing:
         say(closing)
@@ -72,6 +89,25 @@ def run(cycles: Annotated[int, typer.Option(min=0, help="Improvement cycles afte
     say(f"\nlearning curve: {png}\nsummary: {home / 'run_summary.json'}\n"
         f"total {time.perf_counter() - started:.0f} s; `make ui` shows every run and the lineage")
     return 0 if all(r.success for r in records) else 1
+
+
+def the_teams_task(folder, drift_at: int | None) -> list[str]:
+    """The catalogue task: the world writes what a team would bring (its model, its curators' eval file) and the
+    settings that point the loop at them, which are set here unless set already; its judge will answer on a free
+    port (RMI_JUDGE_URL). Returns the world's options for its rounds."""
+    from ..serving.process import free_port
+    from .simulation import prepare
+
+    with_judge = "RMI_JUDGE_URL" not in os.environ
+    say("the world writes the team's model and its eval file (once per home)")
+    for name, value in prepare("catalogue", folder).items():
+        os.environ.setdefault(name, value)
+    options = ["--task", "catalogue", "--folder", str(folder)]
+    if with_judge:
+        port = free_port()
+        os.environ["RMI_JUDGE_URL"] = f"http://127.0.0.1:{port}/v1"
+        options += ["--judge-port", str(port)]
+    return options + (["--drift-at", str(drift_at)] if drift_at is not None else [])
 
 
 def _cycles(cycles: int, defs, instance, users) -> list:
@@ -97,6 +133,8 @@ def _cycles(cycles: int, defs, instance, users) -> list:
             say(f"[cycle {cycle}] users asked {record.world['queries']} questions ({_who(record.world)}) through "
                 f"the gateway (right {record.world['served_accuracy']:.0%}); their feedback is in its batch files"
                 + (f" (the last: {batches[-1]})" if batches else ""))
+            for line in world_lines(cycle, record.world):
+                say(line)
             t = time.perf_counter()
             with narrated(f"[cycle {cycle}]", "ingesting their feedback", say):
                 record.ingest = ingest_new_batches(defs, instance)
@@ -118,6 +156,8 @@ def _cycles(cycles: int, defs, instance, users) -> list:
         if record.verdict == "promote" and canary and str(canary.version) == str(record.challenger_version):
             record.verdict = "canary"  # passed the gate; the next cycle's users decide
         say(record.progress_line())
+        if record.judge_line():
+            say(record.judge_line())
         if result.success and registry.version(CHAMPION) is not None:
             with narrated(f"[cycle {cycle}]", "health check", say):
                 health = _health(defs, instance, cycle)
@@ -194,6 +234,38 @@ def _closing_round(cycle: int, defs, instance, users, records: list) -> str | No
         records[-1].closing = {"world": stats, "ingest": ingest_new_batches(defs, instance)}
         verdict = _canary_verdict(defs, instance, cycle, records)
     return f"canary v{canary.version} after the closing round of users: {verdict}"
+
+
+def users_line(settings: Settings, records: list | None = None) -> str:
+    """The world the figures come from: the shares of answers users rate and of thumbs-down they correct (settings),
+    then what they did over the run (with `records`): a table means little without who rated it."""
+    sim = settings.simulation
+    line = (f"the world's users rate {sim.rating_share:.0%} of answers (RMI_SIM_RATING_SHARE) and correct "
+            f"{sim.correction_share:.0%} of their thumbs-down on wrong ones (RMI_SIM_CORRECTION_SHARE)"
+            + (f"; unrated, they copy {sim.copy_share:.0%} of the answers they take for right and ask again after "
+               f"{sim.ask_again_share:.0%} of those they take for wrong" if sim.rating_share < 1 else "")
+            + f"; {sim.wrong_user_share:.0%} of them judge wrongly")
+    worlds = [r.world for r in records or [] if r.world] + [r.closing["world"] for r in records or [] if r.closing]
+    if not worlds:
+        return line
+    total = lambda key: sum(w.get(key, 0) for w in worlds)  # noqa: E731
+    implicit = sum(sum(w.get("implicit", {}).values()) for w in worlds)
+    return (f"{line}; over the run: {total('queries'):,} questions, {total('rated'):,} rated, {total('down'):,} "
+            f"thumbs-down, {total('corrections'):,} corrections, {implicit:,} implicit signals")
+
+
+def world_lines(cycle: int, stats: dict) -> list[str]:
+    """What changed under the model this round, and users' thumbs-down per slice where there are few slices (a
+    task's topics): the live signal a drift shows in first."""
+    lines = []
+    if "drift" in stats:
+        changed = ", ".join(f"{name} {old} -> {new}" for name, (old, new) in stats["drift"]["changed"].items())
+        lines.append(f"[cycle {cycle}] the world changed under the model ({stats['drift']['topic']}): {changed}")
+    slices = stats.get("by_slice", {})
+    if 0 < len(slices) <= 8:
+        lines.append(f"[cycle {cycle}] users' thumbs-down per slice: " + ", ".join(
+            f"{name} {s['down'] / s['rated']:.0%} of {s['rated']:,} rated" for name, s in slices.items() if s["rated"]))
+    return lines
 
 
 def _who(stats: dict) -> str:

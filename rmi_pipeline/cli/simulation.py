@@ -37,12 +37,21 @@ class Rounds:
         return json.loads(line)
 
 
+def prepare(task: str, folder: Path) -> dict[str, str]:
+    """What a team brings for `task`, written by the world into `folder`: the settings that point the loop at it."""
+    done = subprocess.run([sys.executable, "-m", "rmi_pipeline.world", "prepare", "--task", task, "--folder",
+                           str(folder)], capture_output=True, text=True, env=os.environ.copy())
+    if done.returncode:
+        raise RuntimeError(f"the world could not prepare the {task} task: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])["env"]
+
+
 @contextmanager
-def rounds(gateway_url: str, log_file: Path):
-    """The world in rounds mode, its errors in `log_file`; stopped when the block ends (its stdin closed, then by
-    its process id)."""
+def rounds(gateway_url: str, log_file: Path, options: list[str] | None = None):
+    """The world in rounds mode (`options`: its task and judge), its errors in `log_file`; stopped when the block
+    ends (its stdin closed, then by its process id)."""
     with open(log_file, "ab") as log:
-        process = _start(["rounds", "--gateway", gateway_url], stdout=subprocess.PIPE, stderr=log)
+        process = _start(["rounds", "--gateway", gateway_url, *(options or [])], stdout=subprocess.PIPE, stderr=log)
         try:
             yield Rounds(process, gateway_url, log_file)
         finally:

@@ -121,7 +121,7 @@ def horizon(recipe, correct, skill: str, above: int, rng: random.Random, per_tie
 def suite_growth(recipe, correct, items: list[dict], saturation: float, lead: int, rng: random.Random,
                  per_tier: int) -> tuple[list[dict], dict, dict]:
     """(new eval items, {skill: tiers they add}, {"skill/tier": the model's score}), where `correct(tasks)` says which
-    tasks the model answers right (scoring.Remembered: what it answered before is not decoded again): what keeps
+    tasks the model answers right (scored.Remembered: what it answered before is not decoded again): what keeps
     `lead` tiers in the suite past the highest the model solves (`saturation`), and one slice it still fails. The
     suite's top `lead` tiers of each skill are scored on its own items, hardest first; when the model solves the top
     one, the next tiers are drawn and scored one at a time while it solves them (a champion may climb many tiers in

@@ -48,7 +48,7 @@ def build(chunks, recipe, evals: dict, trained_batches: set[str], shares: dict[s
     import polars as pl
     import pyarrow.parquet as pq
 
-    built, digest, writer = Built(), hashlib.sha256(), None
+    built, digest, writer, seen = Built(), hashlib.sha256(), None, 0
     eval_hashes = pl.Series(evals["hashes"], dtype=pl.String)
     eval_ngrams = set(evals.get("ngram_hashes", []))
     try:
@@ -67,6 +67,7 @@ def build(chunks, recipe, evals: dict, trained_batches: set[str], shares: dict[s
             batches = set(rows["batch_id"].drop_nulls().unique().to_list())
             built.batches |= batches
             new = sorted(batches - trained_batches)
+            seen += rows.height
             built.new_feedback_rows += int(rows["batch_id"].is_in(new).sum())
             rows = mix_sources(rows, new).filter(in_mix(shares))
             if rows.is_empty():
@@ -77,10 +78,13 @@ def build(chunks, recipe, evals: dict, trained_batches: set[str], shares: dict[s
             table = rows.to_arrow()
             writer = writer or pq.ParquetWriter(out, table.schema, compression="zstd")
             writer.write_table(table)
+        if writer is None:  # no row at all: a recipe with no seed set, before any feedback, trains on nothing
+            pq.write_table(pl.DataFrame(schema={**schema(), "skill": pl.String, "tier": pl.Int64, "mix": pl.String})
+                           .to_arrow(), out)
     finally:
         if writer is not None:
             writer.close()
-    built.weights = weights(built.by_source, shares)
+    built.weights = weights(built.by_source, shares) if seen else {}
     built.by_source = {m: built.by_source[m] for m in shares if m in built.by_source}
     built.rows, built.digest = sum(built.by_source.values()), digest.hexdigest()[:8]
     return built

@@ -5,13 +5,13 @@ The recipe contract (recipes/base.py) hands these out; the method code in ml/ sc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
-def slice_name(skill: str, tier: int | str) -> str:
+def slice_name(skill: str, tier: int | str | None) -> str:
     """The name a slice goes by everywhere (evals, health, focus, the UI): 'add/5'. The eval's mined hard cases
-    of a skill are the slice 'mined/add'."""
-    return f"{skill}/{tier}"
+    of a skill are the slice 'mined/add'; an eval file's slice has no tier and goes by its metadata: 'prices'."""
+    return skill if tier is None else f"{skill}/{tier}"
 
 
 def spans(tiers: list[int]) -> str:
@@ -27,12 +27,15 @@ def spans(tiers: list[int]) -> str:
 
 @dataclass(frozen=True)
 class Task:
-    """One problem with its true answer; `skill` and `tier` name its slice."""
+    """One problem with its true answer (None where an eval file gives no target: a judge grades it without one);
+    `skill` and `tier` name its slice (an eval file's item: its slice, and no tier); `metadata`: an eval file's
+    other columns, which a scorer may read (a numeric tolerance, a rubric)."""
 
     prompt: str
-    answer: str
+    answer: str | None
     skill: str
-    tier: int
+    tier: int | None
+    metadata: dict = field(default_factory=dict, compare=False)
 
     @property
     def slice(self) -> str:

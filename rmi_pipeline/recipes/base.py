@@ -2,6 +2,14 @@
 
 A team brings its own model by writing a Recipe subclass and pointing RMI_RECIPE at it
 ('package.module:ClassName'). Everything above the recipe is model-agnostic.
+
+The contract has two parts. The core every recipe writes: the model (build, encode, answer, sample, checkpoint)
+and which prompts and completions are valid. Everything else is an optional capability (CAPABILITIES: a task
+generator, a verifier, checks and routes, hints...): a recipe has one when it writes the capability's methods, the
+loop asks `recipe.has(name)` before it uses one and skips what it cannot do (`recipe.skipped()` says what, in a
+line each), and calling a method of a capability the recipe lacks raises MissingCapability. A recipe that is only a
+model has one slice, `all/1`, for every prompt. `rmi check-recipe package.module:ClassName` checks a recipe against
+the contract (rmi_pipeline/testing/recipe_contract.py).
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ import importlib
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..ml.hygiene import canonical_hash
@@ -19,13 +28,82 @@ if TYPE_CHECKING:  # only for annotations: importing the contract must stay ligh
     import polars as pl
     import torch
 
-__all__ = ["Recipe", "Task", "load_recipe", "slice_name"]
+__all__ = ["CAPABILITIES", "Capability", "MissingCapability", "Recipe", "Task", "load_recipe", "slice_name"]
+
+# The one slice of a recipe without a generator. Tier 1, not 0 or None: feedback whose tier is null is a prompt the
+# recipe does not know (health and the canary leave it out), and the loop reads tiers as positive (`max_tier or`).
+ONE_SKILL, ONE_TIER = "all", 1
+
+
+@dataclass(frozen=True)
+class Capability:
+    """An optional part of the recipe contract: what it unlocks in the loop, and what the loop does without it."""
+
+    name: str
+    noun: str  # what a recipe that has it has, as the UI says "has no ...": "verifier", "checks or routes"
+    marks: tuple[str, ...]  # writing any of these methods gives a recipe the capability
+    needs: tuple[str, ...]  # the methods and attributes written with it (rmi check-recipe fails a recipe without them)
+    builds_on: tuple[str, ...]  # capabilities it is of no use without: the loop uses it only where they are there
+    unlocks: str
+    without: str
+
+    def skipped(self, recipe: str, lacking: str) -> str:
+        """The line the UI shows once where the loop skips what this capability does."""
+        return f"skipped: the {recipe} recipe has no {lacking}, so {self.without}"
+
+
+CAPABILITIES = {c.name: c for c in (
+    Capability("generator", "task generator", ("sample_tasks",),
+               ("seed_tasks", "slice_of", "is_private_slice", "skills", "tiers"), (),
+               "practice on harder tasks, a seed set for the first model, self-labels, and an eval suite that grows "
+               "past the champion, sliced by skill and tier",
+               "there is no practice or self-labelling, and the eval suite is the team's eval files (RMI_EVAL_FILES)"),
+    Capability("verifier", "verifier", ("verify",), (), (),
+               "RL on the champion's sampled answers, the coach's hints, checked practice, and production corrections "
+               "checked before they train or join the eval as mined hard cases",
+               "RL, hints and practice are off and the loop learns from users' feedback (and a judge) only"),
+    Capability("self_checks", "checks or routes", ("checks", "route"), (), ("generator",),
+               "self-labels backed up by the model's own answers to problems a right label implies and to another "
+               "way to it (arithmetic: 0.99 right, against 0.66-0.83 from agreeing votes alone)",
+               "self-labels keep only the answers all the votes agree on"),
+    Capability("hints", "hints", ("hint", "hinted_answer"), (), ("verifier",),
+               "a second try at a failed problem with the verifier's critique as a hint, and users' corrections "
+               "taught with the critique",
+               "the champion gets no second try with a hint"),
+    Capability("variants", "variants", ("variant",), (), (),
+               "the simulated world's users who paste an eval item into a question of their own (what the n-gram "
+               "contamination check is tested on)",
+               "the simulated world asks no such questions"),
+    Capability("partner_tasks", "partner tasks", ("partner_task",), (), ("generator",),
+               "the simulated world's partner app, whose wrong corrections fool the offline gate and the canary "
+               "catches",
+               "the simulated world's partner scenario has no questions to send"),
+    Capability("public_eval", "public eval set", ("public_eval",), (), (),
+               "a public eval set anyone may train on: the yardstick of the leak signal",
+               "there is no leak signal"),
+)}
+
+
+class MissingCapability(NotImplementedError):
+    """A method of a capability the recipe does not have was called: the caller should have asked `has` first."""
+
+    def __init__(self, recipe: str, capability: str, method: str, in_part: bool = False):
+        self.recipe, self.capability, self.method = recipe, capability, method
+        c = CAPABILITIES[capability]
+        if in_part:  # the recipe writes the capability but not this method: its author's to fix, not the caller's
+            super().__init__(f"{method} is part of the {capability} capability, which the {recipe} recipe writes "
+                             f"only in part: write {method} too (rmi check-recipe names what is missing)")
+        else:
+            super().__init__(f"{method} is part of the {capability} capability, and the {recipe} recipe has no "
+                             f"{c.noun} ({' or '.join(c.marks)} not written): without one {c.without}. Ask "
+                             f"recipe.has({capability!r}) before calling it.")
 
 
 class Recipe(ABC):
     name: str
-    skills: tuple[str, ...]
-    tiers: tuple[int, ...]  # consecutive, easiest first: the tiers the curated eval suite starts with
+    # the generator's skills and tiers (a recipe without one: a single slice, ONE_SKILL/ONE_TIER, for every prompt)
+    skills: tuple[str, ...] = (ONE_SKILL,)
+    tiers: tuple[int, ...] = (ONE_TIER,)  # consecutive, easiest first: the tiers the curated eval suite starts with
     # the hardest tier sample_tasks can make (None: the last of `tiers`): practice, self-labels and the eval suite
     # grow up to it as the champion does
     max_tier: int | None = None
@@ -81,39 +159,6 @@ class Recipe(ABC):
                seed: int) -> list[list[str]]:
         """`k` sampled completions per prompt: the groups of RL and the votes of self-labelling."""
 
-    def hint(self, prompt: str, critique: str) -> str | None:
-        """The prompt with the coach's critique in it as words, for a model that reads hints; None (the default)
-        for a recipe whose hints are not text."""
-        return None
-
-    def hinted_answer(self, model: torch.nn.Module, prompts: list[str], answers: list[str],
-                      critiques: list[str]) -> list[str | None]:
-        """A second attempt at each failed prompt with the coach's critique as a hint; None where the critique
-        holds no usable hint. By default the hinted prompt (`hint`) is answered; a recipe may hint otherwise (the
-        arithmetic one bans a digit while decoding)."""
-        hinted = [self.hint(p, c) for p, c in zip(prompts, critiques, strict=True)]
-        usable = [i for i, h in enumerate(hinted) if h is not None]
-        out: list[str | None] = [None] * len(prompts)
-        for i, text in zip(usable, self.answer(model, [hinted[i] for i in usable]) if usable else [], strict=True):
-            out[i] = text
-        return out
-
-    def plausible(self, prompt: str, completion: str) -> bool:
-        """Format and length filter on a label the model wrote itself (no ground truth involved)."""
-        return self.is_valid_completion(completion)
-
-    def checks(self, prompt: str, completion: str) -> list[tuple[str, str]]:
-        """Problems whose answers follow from this one if `completion` is right, as (prompt, expected answer): the
-        model checks a label it wrote by working back from it (a + b = c implies c - b = a). None by default."""
-        return []
-
-    def route(self, prompt: str, rng: random.Random) -> tuple[list[str], Callable[[list[str]], str | None]] | None:
-        """Another way to the prompt's answer: questions for the model first, and a function that puts its answers
-        together (as text, never by computing) into a last question with the same answer, or None if they cannot
-        make one. A label the model wrote is kept only if it walks the route to it too: working back meets the
-        model's own slips again, a route drawn afresh asks about other problems. None (no route) by default."""
-        return None
-
     @abstractmethod
     def is_valid_prompt(self, prompt: str) -> bool:
         """Whether a prompt is one this model can be asked (others cannot train it)."""
@@ -123,17 +168,21 @@ class Recipe(ABC):
         """Whether a text can be a training target."""
 
     @abstractmethod
-    def slice_of(self, prompt: str) -> tuple[str, int]:
-        """(skill, tier) of a valid prompt."""
-
-    @abstractmethod
     def canonical(self, prompt: str) -> str:
         """A normal form under which two prompts that ask the same thing are equal (eval hygiene)."""
 
-    # Batch forms of the four functions above, over a whole column at once: what ingest, the training dataset and
-    # the eval hygiene run on millions of rows. A recipe may compute them with polars or DuckDB (the arithmetic
-    # one does); these defaults call the per-row functions, which stay the reference (tests/recipe_contract.py
-    # checks that both agree), row by row: correct, and several times slower (bench/dataset.py measures it).
+    def slice_of(self, prompt: str) -> tuple[str, int]:
+        """(skill, tier) of a valid prompt: the generator's slice. Without a generator every prompt is in the one
+        slice (ONE_SKILL, ONE_TIER), 'all/1'; an eval file's items are sliced by their metadata instead."""
+        return ONE_SKILL, ONE_TIER
+
+    def prompt_hash(self, prompt: str) -> str:
+        return canonical_hash(self.canonical(prompt))
+
+    # Batch forms of the per-row functions above, over a whole column at once: what ingest, the training dataset
+    # and the eval hygiene run on millions of rows. A recipe may compute them with polars or DuckDB (the arithmetic
+    # one does); these defaults call the per-row functions, which stay the reference (`rmi check-recipe` checks
+    # that both agree), row by row: correct, and several times slower (bench/dataset.py measures it).
 
     def parse_prompts(self, prompts: pl.Series) -> pl.DataFrame:
         """One row per prompt (a String Series, nulls allowed): `valid` (is_valid_prompt, never null), and where
@@ -158,41 +207,66 @@ class Recipe(ABC):
         return pl.Series([c is not None and self.is_valid_completion(c) for c in completions.to_list()],
                          dtype=pl.Boolean)
 
-    @abstractmethod
-    def sample_tasks(self, rng: random.Random, n: int, skills: list[str], tiers: list[int]) -> list[Task]:
-        """Problems with true answers, drawn evenly over the given skills and tiers."""
-
-    @abstractmethod
-    def seed_tasks(self, rng: random.Random) -> list[Task]:
-        """The small labelled set the very first model learns from."""
-
-    @abstractmethod
-    def verify(self, prompt: str, completion: str) -> tuple[float, str]:
-        """The recipe's unit test of an answer: (reward in [0, 1], a critique a person could read)."""
-
-    @abstractmethod
-    def is_private_slice(self, skill: str, tier: int, items: int) -> bool:
-        """Whether `items` eval problems of a slice can stay out of any training set (enough problems exist)."""
-
-    def variant(self, task: Task, rng: random.Random) -> Task | None:
-        """Another problem on the same material as `task`, or None: the simulated world's users who paste an eval
-        item's text into a question of their own (what the n-gram contamination check is for)."""
-        return None
-
-    def partner_task(self, task: Task, rng: random.Random) -> tuple[Task, str] | None:
-        """A question of `task`'s skill and tier as a partner app's users ask it, and the wrong answer the app's
-        buggy client sends as its correction; None where the recipe has none. The simulated world's scenario that
-        fools the offline gate: such questions are rare in an eval drawn at random, so a model taught the wrong
-        answers passes the gate and only live users show it worse (the canary)."""
-        return None
+    def correct(self, model, tasks: list[Task]) -> list[bool]:
+        """Whether the model's answer to each task is exactly right."""
+        answers = self.answer(model, [t.prompt for t in tasks])
+        return [got == task.answer for task, got in zip(tasks, answers, strict=True)]
 
     def example_prompt(self) -> str:
-        """A prompt to show as the input example of the registered MLflow model."""
-        return self.sample_tasks(random.Random(0), 1, [self.skills[0]], [self.tiers[0]])[0].prompt
+        """A prompt to show as the input example of the registered MLflow model: by default one the generator
+        draws, else the public eval's first; a recipe with neither writes its own."""
+        if self.has("generator"):
+            return self.sample_tasks(random.Random(0), 1, [self.skills[0]], [self.tiers[0]])[0].prompt
+        if self.has("public_eval"):
+            return self.public_eval()[0].prompt
+        raise NotImplementedError(f"the {self.name} recipe has no generator or public eval to draw an example "
+                                  "prompt from: write example_prompt (the registered model's input example)")
 
-    def public_eval(self) -> list[Task]:
-        """A public eval set anyone may see (and train on): the yardstick for the leak signal."""
-        return []
+    # ---- capabilities: which of the optional parts below this recipe writes (CAPABILITIES) ----
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """The capabilities the loop may use: those the recipe writes whose `builds_on` it writes too."""
+        written = self.written_capabilities()
+        return frozenset(n for n in written if set(CAPABILITIES[n].builds_on) <= written)
+
+    def has(self, capability: str) -> bool:
+        """Whether the loop may use `capability` (a name of CAPABILITIES: a typo raises, never reads as absent)."""
+        if capability not in CAPABILITIES:
+            raise ValueError(f"no capability {capability!r}; the capabilities are {', '.join(CAPABILITIES)}")
+        return capability in self.capabilities
+
+    def skipped(self) -> dict[str, str]:
+        """Per capability the loop cannot use, the line that says what it skips and why (the UI shows each once)."""
+        written, out = self.written_capabilities(), {}
+        for name, c in CAPABILITIES.items():
+            lacking = [b for b in c.builds_on if b not in written] if name in written else [name]
+            if lacking:
+                out[name] = c.skipped(self.name, " or ".join(CAPABILITIES[b].noun for b in lacking))
+        return out
+
+    @classmethod
+    def written_capabilities(cls) -> frozenset[str]:
+        """The capabilities whose methods this class writes (any of a capability's `marks`), inherited or not. To
+        drop one a parent writes, assign the base's method back: `verify = Recipe.verify`."""
+        return frozenset(n for n, c in CAPABILITIES.items() if any(_overrides(cls, m) for m in c.marks))
+
+    def _missing(self, capability: str, method: str) -> MissingCapability:
+        return MissingCapability(self.name, capability, method, capability in self.written_capabilities())
+
+    # ---- the task generator: practice, self-labels, the seed set, the eval suite and its growth ----
+
+    def sample_tasks(self, rng: random.Random, n: int, skills: list[str], tiers: list[int]) -> list[Task]:
+        """Problems with true answers, drawn evenly over the given skills and tiers."""
+        raise self._missing("generator", "sample_tasks")
+
+    def seed_tasks(self, rng: random.Random) -> list[Task]:
+        """The small labelled set the very first model learns from."""
+        raise self._missing("generator", "seed_tasks")
+
+    def is_private_slice(self, skill: str, tier: int, items: int) -> bool:
+        """Whether `items` eval problems of a slice can stay out of any training set (enough problems exist)."""
+        raise self._missing("generator", "is_private_slice")
 
     @property
     def hardest_tier(self) -> int:
@@ -202,6 +276,8 @@ class Recipe(ABC):
                          tiers: dict[str, list[int]] | None = None) -> list[Task]:
         """A labelled eval suite, `items_per_slice` distinct problems per skill and tier (`tiers` per skill;
         default the recipe's)."""
+        if not self.has("generator"):
+            raise self._missing("generator", "build_eval_suite")
         suite: list[Task] = []
         for skill in self.skills:
             for tier in (tiers or {}).get(skill, self.tiers):
@@ -217,13 +293,71 @@ class Recipe(ABC):
                 suite.extend(list(seen.values())[:items_per_slice])
         return suite
 
-    def correct(self, model, tasks: list[Task]) -> list[bool]:
-        """Whether the model's answer to each task is exactly right."""
-        answers = self.answer(model, [t.prompt for t in tasks])
-        return [got == task.answer for task, got in zip(tasks, answers, strict=True)]
+    # ---- the verifier: RL, hints, checked practice and corrections ----
 
-    def prompt_hash(self, prompt: str) -> str:
-        return canonical_hash(self.canonical(prompt))
+    def verify(self, prompt: str, completion: str) -> tuple[float, str]:
+        """The recipe's unit test of an answer: (reward in [0, 1], a critique a person could read)."""
+        raise self._missing("verifier", "verify")
+
+    # ---- checks and routes: self-labels the model backs up (with a generator) ----
+
+    def plausible(self, prompt: str, completion: str) -> bool:
+        """Format and length filter on a label the model wrote itself (no ground truth involved)."""
+        return self.is_valid_completion(completion)
+
+    def checks(self, prompt: str, completion: str) -> list[tuple[str, str]]:
+        """Problems whose answers follow from this one if `completion` is right, as (prompt, expected answer): the
+        model checks a label it wrote by working back from it (a + b = c implies c - b = a). None by default."""
+        return []
+
+    def route(self, prompt: str, rng: random.Random) -> tuple[list[str], Callable[[list[str]], str | None]] | None:
+        """Another way to the prompt's answer: questions for the model first, and a function that puts its answers
+        together (as text, never by computing) into a last question with the same answer, or None if they cannot
+        make one. A label the model wrote is kept only if it walks the route to it too: working back meets the
+        model's own slips again, a route drawn afresh asks about other problems. None (no route) by default."""
+        return None
+
+    # ---- hints: a second try with the verifier's critique (with a verifier) ----
+
+    def hint(self, prompt: str, critique: str) -> str | None:
+        """The prompt with the coach's critique in it as words, for a model that reads hints; None (the default)
+        for a recipe whose hints are not text."""
+        return None
+
+    def hinted_answer(self, model: torch.nn.Module, prompts: list[str], answers: list[str],
+                      critiques: list[str]) -> list[str | None]:
+        """A second attempt at each failed prompt with the coach's critique as a hint; None where the critique
+        holds no usable hint. By default the hinted prompt (`hint`) is answered; a recipe may hint otherwise (the
+        arithmetic one bans a digit while decoding)."""
+        hinted = [self.hint(p, c) for p, c in zip(prompts, critiques, strict=True)]
+        usable = [i for i, h in enumerate(hinted) if h is not None]
+        out: list[str | None] = [None] * len(prompts)
+        for i, text in zip(usable, self.answer(model, [hinted[i] for i in usable]) if usable else [], strict=True):
+            out[i] = text
+        return out
+
+    # ---- the simulated world's questions, and the public eval ----
+
+    def variant(self, task: Task, rng: random.Random) -> Task | None:
+        """Another problem on the same material as `task`, or None: the simulated world's users who paste an eval
+        item's text into a question of their own (what the n-gram contamination check is for)."""
+        return None
+
+    def partner_task(self, task: Task, rng: random.Random) -> tuple[Task, str] | None:
+        """A question of `task`'s skill and tier as a partner app's users ask it, and the wrong answer the app's
+        buggy client sends as its correction; None where the recipe has none. The simulated world's scenario that
+        fools the offline gate: such questions are rare in an eval drawn at random, so a model taught the wrong
+        answers passes the gate and only live users show it worse (the canary)."""
+        return None
+
+    def public_eval(self) -> list[Task]:
+        """A public eval set anyone may see (and train on): the yardstick for the leak signal."""
+        return []
+
+
+def _overrides(cls: type, name: str) -> bool:
+    """Whether `cls` (or a parent below Recipe) defines `name` otherwise than Recipe does."""
+    return getattr(cls, name, None) is not getattr(Recipe, name, None)
 
 
 def parsed_prompts_schema() -> dict:

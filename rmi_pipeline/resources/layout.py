@@ -37,6 +37,7 @@ GROWN = "grown"  # the tiers the suite grew past the anchor's as the champion di
 REFRESHED = "refreshed"  # a fresh set each cycle: no model can have seen it
 MINED = "mined"  # hard cases from feedback, held out by hash
 ANSWERS = "answers"  # which eval items each model answered right, so that none is decoded twice
+JUDGE_CACHE = "judge/verdicts.json"  # the judge's verdicts by answer hash: the same answer is never judged twice
 
 
 def grown(version: str) -> str:
@@ -114,6 +115,10 @@ def slice_scores(version: str, suite: str) -> str:
     """A model's exact match per slice on one eval suite (its refreshed_version names it): a model answers the same
     items the same way, so it is scored once per suite."""
     return f"{EVALUATIONS}/scores/v{version}-{suite}.json"
+
+
+# how far the judge agrees with people on the answers they rated (what the gate's corrected pass rate uses)
+JUDGE_AGREEMENT = "judge/agreement.json"
 
 
 def canary_verdict(version: str) -> str:

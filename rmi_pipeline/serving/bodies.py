@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 OPENAI_USER = "openai-client"  # who asks when an OpenAI client names no `user`
 
@@ -18,14 +18,27 @@ class AnswersRequest(BaseModel):
 class FeedbackRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     response_id: str = Field(min_length=1, max_length=100, description="From the answer the feedback is about.")
-    rating: Literal["up", "down"]
+    rating: Literal["up", "down"] | None = Field(default=None, description="null: an implicit signal, which "
+                                                 "meta.signal names (asked_again, copied).")
     correction: str | None = Field(default=None, description="The answer that would have been right.")
     comment: str | None = None
     source: Literal["user", "report"] = Field(default="user", description="report: an automated check.")
     user_id: str | None = Field(default=None, max_length=200, description="Who reacts; default who asked.")
+    skill: str | None = Field(default=None, min_length=1, max_length=100, description="The kind of question, as "
+                              "your app names it (a topic, a product): the slice of the live thumbs-down rates; "
+                              "default the recipe's slice of the prompt.")
     meta: dict[str, str | int | bool] = Field(default_factory=dict, max_length=16)
     event_id: str | None = Field(default=None, min_length=1, max_length=100, description="The client's own id "
                                  "for this feedback: a retry with the same id lands once.")
+
+    @model_validator(mode="after")
+    def rated_or_signalled(self) -> FeedbackRequest:
+        """A feedback without a rating must name the implicit signal it is: otherwise it says nothing."""
+        signal = self.meta.get("signal")
+        if self.rating is None and not (isinstance(signal, str) and signal.strip()):
+            raise ValueError("rating must be 'up' or 'down', or null with meta.signal naming an implicit signal "
+                             "(asked_again, copied)")
+        return self
 
 
 class CompletionsRequest(BaseModel):

@@ -170,9 +170,11 @@ class FeedbackLog:
         return self.submit(write)
 
     def record_feedback(self, response_id: str, rating: str | None, correction: str | None, comment: str | None,
-                        source: str, user_id: str | None, meta: dict, event_id: str | None = None) -> Future:
+                        source: str, user_id: str | None, meta: dict, event_id: str | None = None,
+                        skill: str | None = None) -> Future:
         """A feedback joined with the answer it is about; the future gives its event id (the client's own, when it
-        sent one: the warehouse then keeps a retried feedback once)."""
+        sent one: the warehouse then keeps a retried feedback once). `skill`: the app's name for the kind of question,
+        else the recipe's slice of the prompt."""
         import uuid
 
         event_id, stamp, oldest = event_id or str(uuid.uuid4()), _stamp(), time.time() - self.window_seconds
@@ -190,6 +192,7 @@ class FeedbackLog:
             _make_room(conn, self._room)
             answer = dict(zip(("user_id", "model_version", "prompt", "completion", "skill", "arm"), row,
                               strict=True))
+            answer["skill"] = skill or answer["skill"]
             event = _event({**answer, "response_id": response_id}, event_id, stamp, user_id or answer["user_id"],
                            rating, correction, comment, source, meta)
             conn.execute("INSERT INTO events (event) VALUES (?)", (json.dumps(event),))

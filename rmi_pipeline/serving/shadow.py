@@ -26,7 +26,7 @@ LATENCIES_KEPT = 10_000  # per slice, the latest: the percentiles of a long run 
 class SliceStats:
     answers: int = 0
     agreed: int = 0
-    reward: float = 0.0
+    reward: float | None = 0.0  # None: no verifier to reward with
     seconds: deque = field(default_factory=lambda: deque(maxlen=LATENCIES_KEPT))  # each answer's share of its
     # batch's decoding time
 
@@ -34,7 +34,7 @@ class SliceStats:
         ordered = sorted(self.seconds)
         at = lambda q: round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)  # noqa: E731
         return {"answers": self.answers, "agreement": round(self.agreed / self.answers, 4),
-                "verifier_reward": round(self.reward / self.answers, 4),
+                "verifier_reward": None if self.reward is None else round(self.reward / self.answers, 4),
                 "latency_ms_p50": at(0.5), "latency_ms_p95": at(0.95)}
 
 
@@ -79,13 +79,16 @@ class Shadow:
                 stats = self.stats.setdefault(name, SliceStats())
                 stats.answers += 1
                 stats.agreed += agreed
-                stats.reward += reward
+                stats.reward = None if reward is None else stats.reward + reward
                 stats.seconds.append(each)
 
     def _slice(self, prompt: str) -> str:
         return slice_name(*self.recipe.slice_of(prompt)) if self.recipe.is_valid_prompt(prompt) else "invalid"
 
-    def _reward(self, prompt: str, completion: str) -> float:
+    def _reward(self, prompt: str, completion: str) -> float | None:
+        """The verifier's reward; None for a recipe without one (the shadow then counts agreement only)."""
+        if not self.recipe.has("verifier"):
+            return None
         return self.recipe.verify(prompt, completion)[0] if self.recipe.is_valid_prompt(prompt) else 0.0
 
     def report(self) -> dict:

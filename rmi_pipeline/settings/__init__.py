@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .chat import Chat
-from .evals import Evals, Gate
+from .evals import Evals, Gate, Judge
 from .feedback import Feedback
 from .improvement import DEFAULT_MIX, SOURCES, Practice, Sampling, SelfLabelling
 from .operations import UI, Alerts, Automation, Health, Regression
@@ -103,6 +103,7 @@ class Settings(BaseSettings):
     self_labelling: SelfLabelling = _group(SelfLabelling, "Self-labels past the champion's reliable range.")
     evals: Evals = _group(Evals, "The sealed eval suite.")
     gate: Gate = _group(Gate, "The offline promotion gate.")
+    judge: Judge = _group(Judge, "The judge model.")
     canary: Canary = _group(Canary, "The live trial.")
     automation: Automation = _group(Automation, "What starts a cycle by itself.")
     health: Health = _group(Health, "The champion's health.")
@@ -168,5 +169,5 @@ class Settings(BaseSettings):
 
 
 __all__ = ["DEFAULT_MIX", "DEFAULT_RECIPE", "RENAMED", "SOURCES", "UI", "Alerts", "Automation", "Canary", "Chat",
-           "Evals", "Feedback", "Gate", "Health", "Practice", "Regression", "Sampling", "SelfLabelling", "Serving",
-           "Settings", "Simulation", "Storage", "Training", "Warehouse"]
+           "Evals", "Feedback", "Gate", "Health", "Judge", "Practice", "Regression", "Sampling", "SelfLabelling",
+           "Serving", "Settings", "Simulation", "Storage", "Training", "Warehouse"]

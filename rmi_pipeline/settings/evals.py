@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-from pydantic_settings import SettingsConfigDict
+from typing import Annotated
 
-from .base import Group
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
+
+from .base import Group, comma_list
 
 
 class Evals(Group):
@@ -24,6 +26,23 @@ class Evals(Group):
     mined_share: float = Field(default=0.2, description="Share of corrected hard cases held out as the mined slice.")
     ngram_n: int | None = Field(default=None, description="n of the n-gram contamination check for text recipes "
                                 "(whitespace tokens); unset: the recipe's (13; the words recipe's short prompts 6).")
+    files: Annotated[tuple[str, ...], NoDecode] = Field(default=(), description="The team's eval files, "
+                                                        "comma-separated fsspec URLs (JSONL, Parquet or CSV with "
+                                                        "columns `input`, optional `target`, any metadata): sealed "
+                                                        "once into the suite instead of a generated one.")
+    slice_by: Annotated[tuple[str, ...], NoDecode] = Field(default=(), description="Metadata columns of the eval "
+                                                           "files whose values make the slices (topic, language, "
+                                                           "product), comma-separated; none: one slice 'all'.")
+    held_out_share: float = Field(default=0.25, gt=0, lt=1, description="Share of each eval file's slice held out "
+                                  "when it is sealed (frozen, by hash): the unseen set the leak signal compares the "
+                                  "counted set with.")
+    min_slice_items: int = Field(default=20, ge=1, description="Items an eval file's slice needs to be judged: a "
+                                 "smaller one is refused, naming the slice.")
+    scorer: str = Field(default="exact", description="How an answer is scored against its item: exact, normalized, "
+                        "includes, regex, numeric, token_f1, judge, or 'module:function' of your own (score(input, "
+                        "output, target, metadata) -> (value in [0, 1], explanation)).")
+
+    _lists = field_validator("files", "slice_by", mode="before")(comma_list)
 
 
 class Gate(Group):
@@ -39,3 +58,30 @@ class Gate(Group):
     leak_gap: float = Field(default=0.10, description="Public (or anchor) gain beyond the fresh-set gain that marks "
                             "a likely leak.")
     first_floor: float = Field(default=0.05, description="Score a first model needs with no champion.")
+
+
+class Judge(Group):
+    """A judge model: any OpenAI-compatible chat endpoint that grades answers pass or fail per criterion."""
+
+    model_config = SettingsConfigDict(env_prefix="RMI_JUDGE_")
+
+    url: str | None = Field(default=None, description="Base URL of the judge's OpenAI-compatible API "
+                            "(http://host:port/v1); needed by the `judge` scorer.")
+    model: str = Field(default="judge", description="Model name sent to the judge endpoint.")
+    api_key: SecretStr | None = Field(default=None, repr=False, exclude=True, description="The judge endpoint's "
+                                      "key. Never logged.")
+    criteria: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=("correct: the answer states the same facts as the reference answer",), description="The rubric, "
+        "comma-separated 'name: what passing means' criteria; an answer passes when every criterion passes.")
+    min_agreement: float = Field(default=0.7, ge=0, le=1, description="Least share of answers people rated on which "
+                                 "the judge agrees with them; below it, promotion is blocked.")
+    min_labels: int = Field(default=30, ge=1, description="Answers rated by people the judge's agreement needs "
+                            "before it is trusted or blocks.")
+    concurrency: int = Field(default=8, ge=1, description="Judge calls in flight at once.")
+    timeout_seconds: float = Field(default=30.0, gt=0, description="Seconds a judge call may take.")
+    retries: int = Field(default=3, ge=0, description="Retries of a judge call that timed out or answered badly.")
+    input_price: float = Field(default=0.0, ge=0, description="Price per million prompt tokens, for the cost the "
+                               "UI shows.")
+    output_price: float = Field(default=0.0, ge=0, description="Price per million completion tokens.")
+
+    _lists = field_validator("criteria", mode="before")(comma_list)

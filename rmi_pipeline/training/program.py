@@ -67,6 +67,8 @@ def _rows(recipe, module, uri: str, options: Mapping[str, Any]):
         columns = [c for c in dataset.schema_arrow.names if c in READ]
         for group in range(dataset.num_row_groups):
             part = pl.from_arrow(dataset.read_row_group(group, columns=columns))
+            if part.is_empty():  # a dataset of no rows (nothing to learn from yet) is one empty row group
+                continue
             ids, mask = recipe.encode(module, part["prompt"], part["target"])
             tokens.append(ids)
             masks.append(mask)
@@ -75,6 +77,8 @@ def _rows(recipe, module, uri: str, options: Mapping[str, Any]):
                 else pl.lit(None, pl.String),
                 target=pl.when(pl.col("teacher").is_not_null()).then("target") if "teacher" in part.columns
                 else pl.lit(None, pl.String)))
+    if not frames:
+        return pl.DataFrame(), torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, 1, dtype=torch.bool)
     width = max(t.shape[1] for t in tokens)
     pad = torch.nn.functional.pad
     return (pl.concat(frames), torch.cat([pad(t, (0, width - t.shape[1])) for t in tokens]),
@@ -114,6 +118,12 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     else:
         module = recipe.build_model(extras["learning_rate"], steps, size=extras["model_size"])
     data, tokens, mask = _rows(recipe, module, extras["dataset_uri"], storage)
+    if not len(data):  # a recipe with no seed set, before any feedback: the first model is the one it brings
+        _write(extras["checkpoint_uri"], recipe.checkpoint(module), storage)
+        return {"tokens_trained": 0, "final_loss": float("nan"), "steps_done": 0, "train_seconds": 0.0,
+                "steps_per_second": 0.0, "stopped_by_time": False, "world_size": 1,
+                "parameters": sum(p.numel() for p in module.parameters()), "rows": 0,
+                "checkpoint": extras["checkpoint_uri"]}
     weights = torch.tensor(data["mix"].replace_strict(extras["mix_weights"], return_dtype=pl.Float64).to_numpy())
     names = data["mix"].unique(maintain_order=True).to_list()  # the training mix's sources present
     sources = torch.tensor(data["mix"].replace_strict({n: i for i, n in enumerate(names)}).to_numpy())

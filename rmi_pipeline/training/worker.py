@@ -36,7 +36,8 @@ from .protocol import FOLDER, IDLE, connect, receive, send
 # pyarrow.compute, which the first encoding of rows imports (50 ms)
 SPARE_IMPORTS = ("polars", "pyarrow.parquet", "pyarrow.compute")
 PRELOAD = ("torch", "lightning", "fsspec", "rmi_pipeline.training.program", "rmi_pipeline.ml.train",
-           "rmi_pipeline.ml.objective", "rmi_pipeline.ml.rl", "rmi_pipeline.ml.lit_gpt", "rmi_pipeline.settings")
+           "rmi_pipeline.ml.objective", "rmi_pipeline.ml.rl", "rmi_pipeline.recipes.arithmetic.lit_gpt",
+           "rmi_pipeline.settings")
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # what Dagster sends a run's training program to stop it
 
 

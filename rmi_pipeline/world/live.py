@@ -78,8 +78,9 @@ def run_live(world: World, *, interval: float, cycle: int, batches: int | None, 
         if partner:
             on_drift += f" (partner: {stats['partner_queries']} asked, right {stats['partner_accuracy']:.0%})"
         say(f"{_now()} batch {landed}: {stats['queries']} questions ({_arms(stats)}), "
-            f"right {stats['served_accuracy']:.0%}{on_drift}; {stats['down']} thumbs-down, "
-            f"{stats['corrections']} corrections -> {', '.join(names) or 'no batch'}")
+            f"right {stats['served_accuracy']:.0%}{on_drift}; {stats['rated']} rated, {stats['down']} thumbs-down, "
+            f"{stats['corrections']} corrections, {sum(stats['implicit'].values())} implicit signals "
+            f"-> {', '.join(names) or 'no batch'}")
         if batches is not None and landed >= batches:
             break
         stop.wait(interval)
@@ -88,8 +89,9 @@ def run_live(world: World, *, interval: float, cycle: int, batches: int | None, 
 
 
 def _arms(stats: dict) -> str:
-    """Who answered and how often users turned the thumbs down: "v3 2,000 (14% down)" per version."""
-    return ", ".join(f"v{v} {n:,} ({stats['down_by_version'][v] / n:.0%} down)"
+    """Who answered and how often the thumbs that users turned were down: "v3 2,000 (14% of 200 rated down)"."""
+    return ", ".join(f"v{v} {n:,} ({stats['down_by_version'][v] / max(1, stats['rated_by_version'][v]):.0%} of "
+                     f"{stats['rated_by_version'][v]:,} rated down)"
                      for v, n in sorted(stats["versions"].items(), key=lambda kv: int(kv[0])))
 
 

@@ -28,7 +28,7 @@ class ArithmeticRecipe(Recipe):
                      "slopes": [2.0 ** -i for i in range(11)] + [0.0]}}
 
     def build_model(self, learning_rate: float, max_steps: int, size: str = "tiny", config: dict | None = None):
-        from ...ml.lit_gpt import LitGPT
+        from .lit_gpt import LitGPT
 
         if config is None:
             if size not in self.sizes:
@@ -41,7 +41,7 @@ class ArithmeticRecipe(Recipe):
 
     def load_model(self, data):
         from ...ml import checkpoint
-        from ...ml.gpt import GPT, GPTConfig
+        from .gpt import GPT, GPTConfig
 
         config, state_dict = checkpoint.loads(data)
         net = GPT(GPTConfig(**config))
@@ -123,7 +123,7 @@ class ArithmeticRecipe(Recipe):
     def _complete(self, model, prompts, bans: list[tuple[int, int]] | None = None, **decoding):
         """Answers decoded in groups of one width (their prompts are as long and as many answer digits follow);
         `bans`: a (step, token) each prompt may not write there."""
-        from ...ml.decoding import decode
+        from .decoding import decode
 
         net = getattr(model, "model", model)  # a LitGPT or its bare GPT
         parsed = [problems.parse(p) for p in prompts]

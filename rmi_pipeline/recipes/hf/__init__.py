@@ -1,5 +1,7 @@
-"""Bring a Hugging Face causal LM: the model half of a recipe (recipe.py), its Lightning module, a local tiny model."""
+"""Bring a Hugging Face causal LM: the model half of a recipe (recipe.py), its Lightning module, a local tiny model,
+and a recipe that is only the model (text.py)."""
 
 from .recipe import HFOptions, HFRecipe
+from .text import TextRecipe
 
-__all__ = ["HFOptions", "HFRecipe"]
+__all__ = ["HFOptions", "HFRecipe", "TextRecipe"]

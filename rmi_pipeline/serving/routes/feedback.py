@@ -13,17 +13,18 @@ from ..log import LogUnavailable, UnknownResponse
 router = APIRouter()
 
 
-@router.post("/v1/feedback", status_code=202, summary="A rating of an answer; 202 once it is durable")
+@router.post("/v1/feedback", status_code=202, summary="A rating or implicit signal on an answer; 202 once durable")
 async def feedback(body: FeedbackBody, gateway: Served) -> dict:
     try:
         event_id = await asyncio.wrap_future(gateway.log.record_feedback(
             body.response_id, body.rating, body.correction, body.comment, body.source, body.user_id, body.meta,
-            body.event_id))
+            body.event_id, body.skill))
     except UnknownResponse as exc:
         raise HTTPException(404, str(exc)) from None
     except LogUnavailable as exc:
         raise HTTPException(503, f"{exc}: the feedback was not recorded; send it again later") from None
-    gateway.metrics.feedback.labels(body.rating).inc()
+    # one label for every implicit signal: the names are the client's, and a label per name would grow unbounded
+    gateway.metrics.feedback.labels(body.rating or "implicit").inc()
     return {"event_id": event_id, "status": "recorded"}
 
 

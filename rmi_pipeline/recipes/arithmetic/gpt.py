@@ -1,4 +1,4 @@
-"""A compact decoder-only transformer (torch only: a process that just answers never imports Lightning; ml/lit_gpt.py
+"""A compact decoder-only transformer (torch only: a process that just answers never imports Lightning; lit_gpt.py
 trains it).
 
 Positions by place, read off the tokens, and only relative: attention scores add, per head, a learned score for the

@@ -2,7 +2,7 @@
 
 `ban` forbids one token at one step of a row (a coach's hint: "that token is wrong"); `temperature` > 0 samples,
 which is how the model proposes several answers to one problem (RL groups, self-labelling votes). A model whose
-forward takes a `cache` (ml.gpt.GPT) keeps the keys and values of the tokens so far and is given only the new
+forward takes a `cache` (gpt.GPT) keeps the keys and values of the tokens so far and is given only the new
 token each step (about 6x faster for arithmetic, bench/decoding.py); any other model sees the whole sequence.
 """
 
@@ -12,7 +12,7 @@ import inspect
 
 import torch
 
-# query-key pairs of attention scores in one batch's first forward pass (rows x prompt tokens squared): ml.gpt's
+# query-key pairs of attention scores in one batch's first forward pass (rows x prompt tokens squared): gpt.GPT's
 # scores cost about 31 bytes a pair there, so 2^26 pairs take about 2 GB. A fixed row count does not bound memory:
 # it grows with the square of the prompt's length.
 PREFILL_PAIRS = 2**26

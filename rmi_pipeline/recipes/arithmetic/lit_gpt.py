@@ -1,4 +1,4 @@
-"""The LightningModule that trains a GPT (ml/gpt.py), kept apart so that answering needs no Lightning.
+"""The LightningModule that trains a GPT (gpt.py), kept apart so that answering needs no Lightning.
 
 The loss is taken only where `loss_mask` is set (the answer tokens), so prompts teach the model nothing it must
 produce.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import lightning as L
 import torch
 
+from ...ml.objective import adamw_warmup_cosine, batch_loss, trimmed
 from .gpt import GPT, GPTConfig
-from .objective import adamw_warmup_cosine, batch_loss, trimmed
 
 
 class LitGPT(L.LightningModule):

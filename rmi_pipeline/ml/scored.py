@@ -25,13 +25,15 @@ MINED = "mined"
 
 
 class Remembered:
-    """One model's right and wrong answers by eval item, kept between evaluations: a champion answers the same sealed
-    items every cycle (and answered them the cycle before, as the challenger), and decoding the suite's long slices
-    is most of an evaluation, so only the items it has not answered yet are decoded."""
+    """One model's score on each eval item, kept between evaluations: a champion answers the same sealed items every
+    cycle (and answered them the cycle before, as the challenger), and decoding the suite's long slices (or a judge's
+    calls) is most of an evaluation, so only the items it has not been scored on yet are answered."""
 
-    def __init__(self, recipe, load: Callable[[], Any], known: dict[str, bool] | None = None):
-        """`load()`: the model, loaded only if some item asked is not remembered."""
-        self.recipe, self._load, self.known = recipe, load, dict(known or {})
+    def __init__(self, recipe, load: Callable[[], Any], known: dict[str, float] | None = None, scorer=None):
+        """`load()`: the model, loaded only if some item asked is not remembered; `scorer`: how an answer is scored
+        (rmi_pipeline.scoring.scorers; None: exact match through the recipe)."""
+        self.recipe, self._load, self.scorer = recipe, load, scorer
+        self.known = {k: float(v) for k, v in (known or {}).items()}
         self.asked: set[str] = set()
         self.decoded = 0  # items this model answered here, not from memory
 
@@ -39,14 +41,27 @@ class Remembered:
     def model(self):
         return self._load()
 
-    def correct(self, tasks: list[Task]) -> list[bool]:
+    def scores(self, tasks: list[Task]) -> list[float]:
+        """The model's score in [0, 1] on each task (1.0 or 0.0 under exact match)."""
         keys = [item_key(t) for t in tasks]
         todo = {k: t for k, t in zip(keys, tasks, strict=True) if k not in self.known}
         if todo:
-            self.known.update(zip(todo, map(bool, self.recipe.correct(self.model, list(todo.values()))), strict=True))
+            self.known.update(zip(todo, score(self.recipe, self.model, list(todo.values()), self.scorer),
+                                  strict=True))
             self.decoded += len(todo)
         self.asked.update(keys)
         return [self.known[k] for k in keys]
+
+
+def score(recipe, model, tasks: list[Task], scorer=None) -> list[float]:
+    """The model answers the tasks and each answer is scored: by the recipe's exact match, or by `scorer`."""
+    if scorer is None:
+        return [float(right) for right in recipe.correct(model, tasks)]
+    from ..scoring.contract import ScoreRequest
+
+    answers = recipe.answer(model, [t.prompt for t in tasks])
+    return [value for value, _ in scorer.score_many(
+        [ScoreRequest(t.prompt, answer, t.answer, t.metadata) for t, answer in zip(tasks, answers, strict=True)])]
 
 
 def item_key(task: Task) -> str:
@@ -56,13 +71,14 @@ def item_key(task: Task) -> str:
 
 def eval_tasks(sets: dict[str, list[dict]]) -> list[tuple[str, Task]]:
     """(set name, task) for every item of every set, in order."""
-    return [(name, Task(i["prompt"], i["answer"], i["skill"], int(i["tier"]))) for name, items in sets.items()
-            for i in items]
+    return [(name, Task(i["prompt"], i["answer"], i["skill"], None if i["tier"] is None else int(i["tier"]),
+                        i.get("metadata") or {})) for name, items in sets.items() for i in items]
 
 
 @dataclass
 class Scored:
-    """Per-item exact match (1.0 right, 0.0 wrong) of one or two models on the same tasks: [challenger, champion]."""
+    """Per-item scores in [0, 1] (exact match: 1.0 right, 0.0 wrong) of one or two models on the same tasks:
+    [challenger, champion]."""
 
     tasks: list[tuple[str, Task]]
     right: list[np.ndarray]

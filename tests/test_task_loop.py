@@ -1,0 +1,154 @@
+"""A task the pipeline cannot check goes round the real loop: a team's own model (a Hugging Face model and nothing
+else), its eval file, a judge model over HTTP and users who rate a tenth of the answers. What a team relies on: the
+loop runs without a verifier or a task generator, scores by the judge and measures the judge against people; a bad
+eval file or a judge that answers badly fails a run with a clear reason and moves nothing."""
+
+import json
+import os
+
+import pytest
+
+from rmi_pipeline.resources import build_resources, layout
+from rmi_pipeline.resources.registry import CHAMPION
+
+TASK = {"RMI_SIM_QUERIES_PER_CYCLE": "1000", "RMI_TRAIN_STEPS": "100", "MLFLOW_DISABLE_TELEMETRY": "true",
+        "RMI_TRAIN_WORKER_IDLE_SECONDS": "60"}
+
+
+@pytest.fixture(scope="module")
+def task_home(tmp_path_factory):
+    """RMI_HOME after `rmi run --task catalogue --cycles 1`: the team's model as the first champion, one round of
+    users, one improvement cycle, all scored by the world's judge."""
+    from rmi_pipeline.cli.main import main
+    from rmi_pipeline.settings import Settings
+
+    home = tmp_path_factory.mktemp("task") / "home"
+    saved = dict(os.environ)  # `rmi run --task` sets the team's settings in its own environment
+    try:
+        os.environ.update({"RMI_HOME": str(home), **TASK})
+        code = main(["run", "--cycles", "1", "--fresh", "--task", "catalogue"])
+        env = {k: v for k, v in os.environ.items() if k.startswith("RMI_")}
+        settings = Settings()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return {"home": home, "code": code, "env": env, "settings": settings,
+            "summary": json.loads((home / "run_summary.json").read_text())}
+
+
+def test_the_loop_runs_on_a_model_and_an_eval_file_alone_scored_by_a_judge(task_home):
+    from rmi_pipeline.recipes.base import load_recipe
+
+    assert task_home["code"] == 0
+    settings = task_home["settings"]
+    recipe = load_recipe(settings.recipe)
+    assert not recipe.has("verifier") and not recipe.has("generator")  # a verifier called would fail the run
+    first, second = task_home["summary"]
+    assert first["verdict"] == "promote" and first["champion_version"] == "1"  # the team's model, through the gate
+    assert second["verdict"] in {"promote", "reject", "canary"} and second["gain_interval"]
+    storage = build_resources(settings)["storage"]
+    manifest = storage.read_json(layout.EVAL_MANIFEST)
+    assert {s["skill"] for s in manifest["slices"]} == {"prices", "plans", "shipping", "returns"}
+    assert manifest["sets"]["anchor"] + manifest["sets"]["refreshed"] == 240  # the eval file, counted + held out
+    report = storage.read_json(layout.evaluation(second["challenger_version"]))
+    assert report["judge"]["judge_status"] in {"trusted", "unmeasured"}
+    assert 0 <= report["scores"]["challenger_skill_prices"] <= 1
+    agreement = storage.read_json(layout.JUDGE_AGREEMENT)
+    # the world's judge errs on 10% of answers, and 5% of users judge wrongly: it agrees with people on most
+    assert agreement["rated_answers"] >= 30 and 0.7 <= agreement["slices"]["all"]["agreement"] <= 0.97
+    assert set(agreement["slices"]) >= {"all", "prices"}  # per topic, as the app tags its feedback
+
+
+def _cycle(settings):
+    """One improvement cycle run in process on `settings`: (success, the error's message)."""
+    from dagster import DagsterInstance
+
+    from rmi_pipeline.definitions import build_definitions
+
+    defs = build_definitions(settings)
+    with DagsterInstance.ephemeral() as instance:
+        result = defs.resolve_job_def("improvement_cycle").execute_in_process(instance=instance, raise_on_error=False)
+        errors = [e.event_specific_data.error for e in result.all_events
+                  if e.event_type_value == "STEP_FAILURE" and e.event_specific_data.error]
+    messages = []
+    for error in errors:  # the step's error, then what caused it: the message a person reads in the UI
+        while error is not None:
+            messages.append(error.message)
+            error = error.cause
+    return result.success, "\n".join(messages)
+
+
+def test_a_bad_eval_file_fails_the_cycle_naming_file_and_line_and_seals_nothing(task_home, tmp_path):
+    from rmi_pipeline.settings import Evals
+
+    settings = task_home["settings"]
+    resources = build_resources(settings)
+    before = resources["eval_store"].read_json(layout.ANCHOR)["version"]
+    champion = resources["registry"].version(CHAMPION).version
+    good = [json.loads(line) for line in open(settings.evals.files[0])]
+    bad = tmp_path / "evals.jsonl"
+    lines = [json.dumps(r) for r in good[:100]] + [json.dumps({"input": "  ", "topic": "prices"}),
+                                                   json.dumps(good[3]), "{not json"]
+    bad.write_text("\n".join(lines) + "\n")
+    ok, error = _cycle(settings.model_copy(update={"evals": Evals(**{
+        **settings.evals.model_dump(), "files": (str(bad),)})}))
+    assert not ok
+    assert f"{bad}, line 101: input: only whitespace" in error and f"{bad}, line 103: not JSON" in error
+    assert f"{bad}, line 102: input: the same input as {bad}:4" in error
+    assert resources["eval_store"].read_json(layout.ANCHOR)["version"] == before  # the sealed suite stays
+    assert resources["registry"].version(CHAMPION).version == champion
+
+
+@pytest.mark.parametrize("fault", ["non_json_share", "out_of_range_share", "timeout_share"])
+def test_a_judge_that_answers_badly_fails_the_cycle_and_moves_nothing(task_home, fault):
+    from rmi_pipeline.settings import Judge
+    from rmi_pipeline.world.judge import running_judge
+
+    settings = task_home["settings"]
+    registry = build_resources(settings)["registry"]
+    champion = registry.version(CHAMPION).version
+    with running_judge(**{fault: 1.0, "stall_seconds": 3}) as url:
+        # another judge model: none of its verdicts are cached, so it is asked
+        judge = Judge(url=url, model=f"broken-{fault}", retries=1, timeout_seconds=1.0)
+        ok, error = _cycle(settings.model_copy(update={"judge": judge}))
+    assert not ok
+    reason = {"non_json_share": "not JSON", "out_of_range_share": "not a boolean", "timeout_share": "timed out"}
+    assert "the judge gave no usable verdict" in error and reason[fault] in error, error[-2000:]
+    assert registry.version(CHAMPION).version == champion
+
+
+def test_a_judge_people_disagree_with_blocks_a_promotion_the_gate_would_make(tmp_path):
+    import numpy as np
+
+    from rmi_pipeline.assets.evaluation import judge_report
+    from rmi_pipeline.ml.gate import Paired, decide
+    from rmi_pipeline.ml.scored import Scored
+    from rmi_pipeline.ml.tasks import Task
+    from rmi_pipeline.resources.storage import ObjectStore
+    from rmi_pipeline.scoring.calibration import agreement, judge_verdict
+    from rmi_pipeline.settings import Settings
+
+    rng = np.random.default_rng(0)
+    tasks = [("anchor", Task(f"q{i}", "a", "prices", None)) for i in range(300)]
+    scored = Scored(tasks, [(rng.random(300) < 0.8).astype(float), (rng.random(300) < 0.4).astype(float)])
+    settings = Settings()
+    people = rng.random(400) < 0.5
+    for agrees, blocked in ((0.6, True), (0.9, False)):
+        judge = np.where(rng.random(400) < agrees, people, ~people)
+        measured = agreement(judge, people)["all"]
+        verdict = judge_verdict(measured, settings.judge.min_agreement, settings.judge.min_labels)
+        storage = ObjectStore(url=f"file://{tmp_path / str(agrees)}")
+        storage.write_json(layout.JUDGE_AGREEMENT, {"verdict": {"status": verdict.status, "blocks": verdict.blocks,
+                                                                "sentence": verdict.sentence},
+                                                    "slices": {"all": measured.as_dict()}})
+        decision = decide({"prices": Paired(scored.right[0], scored.right[1])}, {"prices"}, settings.gate)
+        assert decision.promote  # the gate alone would promote: 0.8 against 0.4
+        report = judge_report(storage, settings, scored, {("prices", None)}, decision)
+        assert decision.promote is not blocked
+        if blocked:
+            assert decision.reason.startswith("Blocked by the judge: The judge agrees with people on")
+            assert "below RMI_JUDGE_MIN_AGREEMENT" in decision.reason
+        else:  # a judge people trust: the pass rate corrected for its errors, with an interval around it
+            low, high = report["challenger_corrected_low"], report["challenger_corrected_high"]
+            assert low < report["challenger_corrected_pass_rate"] < high and 0.6 < report[
+                "challenger_corrected_pass_rate"] < 1
