@@ -152,3 +152,44 @@ def test_a_judge_people_disagree_with_blocks_a_promotion_the_gate_would_make(tmp
             low, high = report["challenger_corrected_low"], report["challenger_corrected_high"]
             assert low < report["challenger_corrected_pass_rate"] < high and 0.6 < report[
                 "challenger_corrected_pass_rate"] < 1
+
+
+def test_a_judge_is_measured_on_a_teams_labelled_answers_before_production_rates_any(tmp_path, monkeypatch):
+    from dagster import DagsterInstance, materialize
+
+    from rmi_pipeline.assets import judge_agreement
+    from rmi_pipeline.settings import Settings
+    from rmi_pipeline.world.judge import running_judge
+
+    rows = ([{"input": f"price of item {i}?", "output": f"{i} euros", "target": f"{i} euros", "label": "pass"}
+             for i in range(20)]
+            + [{"input": f"price of item {i}?", "output": "no idea", "target": f"{i} euros", "label": "fail"}
+               for i in range(20, 35)]
+            + [{"input": f"price of item {i}?", "output": "ask again", "target": f"{i} euros", "label": "up"}
+               for i in range(35, 40)]  # people who were wrong
+            + [{"input": f"price of item {i}?", "output": "it costs about a hundred and twenty euros I think",
+                "target": f"{i} euros", "label": "fail"} for i in range(40, 50)])  # long, wrong
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setenv("RMI_HOME", str(tmp_path / "home"))
+    with running_judge(length_bias=1.0) as url:  # grades against the reference, passes any long wrong answer
+        for name, value in {"RMI_EVAL_SCORER": "judge", "RMI_JUDGE_URL": url, "RMI_JUDGE_LABELS": str(labels)}.items():
+            monkeypatch.setenv(name, value)
+        settings = Settings()
+        resources = build_resources(settings)
+        with DagsterInstance.ephemeral() as instance:
+            result = materialize([judge_agreement], instance=instance, resources=resources)
+        measured = resources["storage"].read_json(layout.JUDGE_AGREEMENT)
+        assert measured["rated_answers"] == 50 and measured["slices"]["all"]["agreement"] == 35 / 50
+        assert measured["verdict"]["status"] == "trusted"  # 0.70: at RMI_JUDGE_MIN_AGREEMENT
+        shown = result.asset_materializations_for_node("judge_agreement")[0].metadata
+        assert shown["false_positive_rate_long_answers"].value == 1.0 and shown["length_bias"].value == 1.0
+        bad = tmp_path / "bad.csv"
+        bad.write_text("input,output,label\nq,a,maybe\n")
+        monkeypatch.setenv("RMI_JUDGE_LABELS", str(bad))
+        with DagsterInstance.ephemeral() as instance:
+            failed = materialize([judge_agreement], instance=instance, resources=build_resources(Settings()),
+                                 raise_on_error=False)
+        assert not failed.success
+        error = next(e.event_specific_data.error for e in failed.all_events if e.event_type_value == "STEP_FAILURE")
+        assert f"judge labels {bad}, row 1: label 'maybe' is not pass or fail" in (error.cause or error).message

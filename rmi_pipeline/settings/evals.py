@@ -73,6 +73,11 @@ class Judge(Group):
     criteria: Annotated[tuple[str, ...], NoDecode] = Field(
         default=("correct: the answer states the same facts as the reference answer",), description="The rubric, "
         "comma-separated 'name: what passing means' criteria; an answer passes when every criterion passes.")
+    labels: Annotated[tuple[str, ...], NoDecode] = Field(default=(), description="Answers people labelled, to "
+                                                         "measure the judge on beside users' thumbs: "
+                                                         "comma-separated fsspec URLs of JSONL, CSV or Parquet with "
+                                                         "columns `input`, `output`, `label` (pass or fail), "
+                                                         "optional `target` and `slice`.")
     min_agreement: float = Field(default=0.7, ge=0, le=1, description="Least share of answers people rated on which "
                                  "the judge agrees with them; below it, promotion is blocked.")
     min_labels: int = Field(default=30, ge=1, description="Answers rated by people the judge's agreement needs "
@@ -84,4 +89,4 @@ class Judge(Group):
                                "UI shows.")
     output_price: float = Field(default=0.0, ge=0, description="Price per million completion tokens.")
 
-    _lists = field_validator("criteria", mode="before")(comma_list)
+    _lists = field_validator("criteria", "labels", mode="before")(comma_list)
