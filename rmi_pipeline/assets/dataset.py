@@ -1,8 +1,9 @@
 """The training dataset: feedback turned into (prompt, target) rows, versioned, checked against the evals.
 
-Targets come from thumbs-up answers and from corrections (thumbs-down without a correction teach nothing here),
-and from what the champion made in `practice`. The recipe's seed set and what earlier champions made are replayed
-in every version so nothing learned before is forgotten. Each row belongs to one source of the training mix
+Targets come from thumbs-up answers and from corrections, and from what the champion made in `practice`; where
+RMI_MIX gives `thumbs_down` a share, new thumbs-down answers without a correction come too, as completions KTO makes
+less likely (ml/objective.py), never as targets to imitate. The recipe's seed set and what earlier champions made
+are replayed in every version so nothing learned before is forgotten. Each row belongs to one source of the training mix
 (RMI_MIX): its weight is the source's share of every batch, spread evenly over the source's rows.
 Contamination policy: rows whose prompt is a sealed eval item (by canonical hash), or, for text recipes,
 shares an n-gram with one, are removed and counted: users ask such questions naturally, and dropping them
@@ -38,9 +39,10 @@ CHECKS = [
 def training_dataset(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
                      warehouse: Warehouse, registry: ModelRegistry) -> MaterializeResult:
     """A new dataset version (`datasets/<version>/train.parquet` and its manifest): the recipe's seed set, thumbs-up
-    answers and corrections from the warehouse and the champion's practice rows, each source weighted by its share
-    in RMI_MIX (the weights in the manifest); rows that touch the sealed evals are removed and counted. Streamed a
-    chunk at a time: memory does not grow with the history. Blocking checks: no eval overlap, no leak marker."""
+    answers and corrections from the warehouse (and thumbs-downs, where they train) and the champion's practice
+    rows, each source weighted by its share in RMI_MIX (the weights in the manifest); rows that touch the sealed evals
+    are removed and counted. Streamed a chunk at a time: memory does not grow with the history. Blocking checks: no
+    eval overlap, no leak marker."""
     import tempfile
     from pathlib import Path
 
@@ -59,11 +61,7 @@ def training_dataset(context: AssetExecutionContext, settings: ResourceParam[Set
         *(pl.lit(None, pl.String).alias(c) for c in ("batch_id", "reference", "teacher")))
     # the whole history, a chunk at a time, in the order it was stored (the same on the same warehouse: sorting
     # 10M events by time cost more than all the checks of their rows)
-    feedback = warehouse.stream(
-        "SELECT prompt, coalesce(correction, completion) AS target, batch_id, "
-        "CASE WHEN correction IS NOT NULL THEN 'correction' ELSE 'thumbs_up' END AS source, 1.0::DOUBLE AS scale, "
-        "NULL::VARCHAR AS reference, NULL::VARCHAR AS teacher "
-        "FROM feedback_events WHERE correction IS NOT NULL OR rating = 'up'")
+    feedback = warehouse.stream(_FEEDBACK_ROWS_WITH_THUMBS_DOWN if settings.mix["thumbs_down"] > 0 else _FEEDBACK_ROWS)
     chunks = [[seed_rows], feedback, [_hinted_corrections(recipe, warehouse)], _practice_rows(storage, champion)]
     with tempfile.TemporaryDirectory(prefix="rmi-dataset-") as tmp:
         rows_file = Path(tmp) / "train.parquet"
@@ -93,6 +91,19 @@ def training_dataset(context: AssetExecutionContext, settings: ResourceParam[Set
                              metadata={"rows_with_leak_marker": built.leak_marker_rows}),
         ],
     )
+
+
+_FEEDBACK_ROWS = (
+    "SELECT prompt, coalesce(correction, completion) AS target, batch_id, "
+    "CASE WHEN correction IS NOT NULL THEN 'correction' ELSE 'thumbs_up' END AS source, 1.0::DOUBLE AS scale, "
+    "NULL::VARCHAR AS reference, NULL::VARCHAR AS teacher "
+    "FROM feedback_events WHERE correction IS NOT NULL OR rating = 'up'")
+# thumbs-downs are read only when they train (a share in RMI_MIX): otherwise they cost nothing
+_FEEDBACK_ROWS_WITH_THUMBS_DOWN = (
+    "SELECT prompt, coalesce(correction, completion) AS target, batch_id, "
+    "CASE WHEN correction IS NOT NULL THEN 'correction' WHEN rating = 'up' THEN 'thumbs_up' ELSE 'thumbs_down' END "
+    "AS source, 1.0::DOUBLE AS scale, NULL::VARCHAR AS reference, NULL::VARCHAR AS teacher "
+    "FROM feedback_events WHERE correction IS NOT NULL OR rating = 'up' OR rating = 'down'")
 
 
 def _hinted_corrections(recipe, warehouse: Warehouse):

@@ -4,12 +4,15 @@ A row is (tokens, loss_mask[, scale, source[, teacher]]). The loss is the mean n
 masked (answer) tokens; `scale` multiplies it (1 to imitate, a group-relative advantage for a sampled answer,
 0 for a row that teaches only through its teacher); `teacher` indexes the next-token distributions the model
 gave with a coach's hint in the prompt (-1: none): on such a row the model without the hint is pulled toward
-them by KL(teacher || model) on each answer token (token-level self-distillation).
+them by KL(teacher || model) on each answer token (token-level self-distillation); `kto` indexes the module's
+KTO reference (-1: none): such a row also takes the KTO loss (Ethayarajh et al. 2024, TRL's loss_type="kto"),
+desirable (a thumbs-up) or undesirable (a thumbs-down), against the warm-start model as the frozen reference.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -31,8 +34,9 @@ def row_losses(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -
     return (nll * target_mask).sum(1) / target_mask.sum(1).clamp(min=1)
 
 
-def batch_loss(logits: torch.Tensor, batch, teacher: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, per-row NLL) of a batch of rows."""
+def batch_loss(logits: torch.Tensor, batch, teacher: torch.Tensor | None = None, kto: KTOReference | None = None,
+               policy=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, per-row NLL) of a batch of rows; `policy(tokens)` gives logits, for the KTO rows' mismatched pairs."""
     tokens, mask = batch[0].long(), batch[1]
     row_loss = row_losses(logits, tokens, mask)
     if len(batch) > 2:
@@ -42,6 +46,8 @@ def batch_loss(logits: torch.Tensor, batch, teacher: torch.Tensor | None = None)
         loss = row_loss.mean()
     if len(batch) > 4 and teacher is not None:
         loss = loss + kl_to_teacher(logits, mask[:, 1:], batch[4], teacher)
+    if len(batch) > 5 and kto is not None:
+        loss = loss + kto_term(logits, batch, kto, policy)
     return loss, row_loss
 
 
@@ -91,6 +97,129 @@ def teacher_log_probs(model, tokens: torch.Tensor, mask: torch.Tensor, batch_siz
             where = m[i].nonzero().squeeze(1)
             chunk[i, :len(where)] = logp[i, where]
         out.append(chunk)
+    model.train(was_training)
+    return torch.cat(out)
+
+
+def sequence_log_probs(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each row's log-probability of its masked (answer) tokens, summed as KTO's implied reward wants (TRL sums
+    them too, not a mean: a longer completion moves further); `logits` predict tokens[:, 1:]."""
+    logp = -F.cross_entropy(logits.transpose(1, 2).float(), tokens[:, 1:].long(), reduction="none")
+    return (logp * mask[:, 1:].float()).sum(1)
+
+
+def kto_loss(policy_logps: torch.Tensor, reference_logps: torch.Tensor, policy_kl_logps: torch.Tensor,
+             reference_kl_logps: torch.Tensor, desirable: torch.Tensor, beta: float, desirable_weight: float = 1.0,
+             undesirable_weight: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weighted loss of each row, reference point z) of KTO: with r = policy - reference log-prob of a row's
+    completion, a desirable row loses lambda_D (1 - sigmoid(beta (r - z))), an undesirable one lambda_U
+    (1 - sigmoid(beta (z - r))). z estimates KL(policy || reference) from mismatched (prompt, completion) pairs:
+    their mean policy - reference log-prob, clamped at 0 and detached, as TRL does: a baseline, not a target."""
+    z = (policy_kl_logps - reference_kl_logps).mean().detach().clamp(min=0)
+    ratio = policy_logps - reference_logps
+    return torch.where(desirable.bool(), desirable_weight * (1 - torch.sigmoid(beta * (ratio - z))),
+                       undesirable_weight * (1 - torch.sigmoid(beta * (z - ratio)))), z
+
+
+def balanced_weights(desirable: float, undesirable: float) -> tuple[float, float]:
+    """(lambda_D, lambda_U) with lambda_D n_D = lambda_U n_U, the larger 1: the KTO authors advise lambda_D n_D /
+    (lambda_U n_U) in [1, 4/3], so the rarer kind is not drowned by the commoner; `desirable`, `undesirable`: the
+    expected rows of each kind a batch draws (their sampling weights' sums)."""
+    if desirable <= 0 or undesirable <= 0:
+        return 1.0, 1.0
+    return min(1.0, undesirable / desirable), min(1.0, desirable / undesirable)
+
+
+@dataclass
+class KTOReference:
+    """What the warm-start model said about each KTO row, computed once before training: the frozen reference."""
+
+    desirable: torch.Tensor  # (rows,) bool: a thumbs-up to make likelier; false: a thumbs-down to make less likely
+    logps: torch.Tensor  # (rows,) the reference's log-probability of the row's completion
+    kl_tokens: torch.Tensor  # (rows, T) the row's prompt with another KTO row's completion: a mismatched pair
+    kl_mask: torch.Tensor  # (rows, T) that completion's tokens
+    kl_logps: torch.Tensor  # (rows,) the reference's log-probability of the mismatched pair's completion
+    beta: float = 0.1
+    desirable_weight: float = 1.0
+    undesirable_weight: float = 1.0
+
+
+def kto_term(logits: torch.Tensor, batch, kto: KTOReference, policy) -> torch.Tensor:
+    """Sum of the KTO losses of the batch's KTO rows (column 5, -1: none) over the batch size; z from the policy's
+    log-probs of those rows' mismatched pairs, one forward without gradient (TRL's KL pass)."""
+    rows = batch[5]
+    at = rows >= 0
+    if not at.any():
+        return logits.new_zeros(())
+    index = rows[at].cpu()
+    mine = sequence_log_probs(logits[at], batch[0][at], batch[1][at])
+    width = int(kto.kl_mask[index].any(0).nonzero().max()) + 1
+    kl_tokens = kto.kl_tokens[index, :width].long().to(logits.device)
+    with torch.no_grad():
+        theirs = sequence_log_probs(policy(kl_tokens[:, :-1]), kl_tokens, kto.kl_mask[index, :width].to(logits.device))
+    losses, _ = kto_loss(mine, kto.logps[index].to(mine), theirs, kto.kl_logps[index].to(mine),
+                         kto.desirable[index].to(logits.device), kto.beta, kto.desirable_weight, kto.undesirable_weight)
+    return losses.sum() / len(rows)
+
+
+def kto_reference(recipe, module, prompts: list[str], targets: list[str], desirable: list[bool | None],
+                  groups: list, beta: float, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """KTO of the rows whose `desirable` is True or False (None: not a KTO row): `module`'s log-probs now, before it
+    trains, become `module.kto`; returns each row's index into it (-1). A row's mismatched pair is its prompt with the
+    completion of the previous KTO row of its group (TRL rotates a batch's completions by one the same way); within
+    a group (the recipe's tier) another row's completion is one the prompt can take. `weights` (the rows' sampling
+    weights) balance lambda_D and lambda_U by the rows of each kind a batch draws."""
+    at = [i for i, d in enumerate(desirable) if d is not None]
+    rows = torch.full((len(desirable),), -1, dtype=torch.long)
+    if not at:
+        return rows
+    previous, last = {}, {}
+    for i in at + at:  # twice round: the first row of a group pairs with its last
+        if groups[i] in last and i not in previous:
+            previous[i] = last[groups[i]]
+        last[groups[i]] = i
+    tokens, mask = recipe.encode(module, [prompts[i] for i in at], [targets[i] for i in at])
+    kl_tokens, kl_mask = _mismatched(recipe, module, [prompts[i] for i in at], [targets[previous[i]] for i in at],
+                                     [targets[i] for i in at])
+    kinds = torch.tensor([bool(desirable[i]) for i in at])
+    drawn = weights[torch.tensor(at)].double() if weights is not None else torch.ones(len(at), dtype=torch.float64)
+    lambda_d, lambda_u = balanced_weights(float(drawn[kinds].sum()), float(drawn[~kinds].sum()))
+    module.kto = KTOReference(desirable=kinds, logps=completion_log_probs(module, tokens, mask), kl_tokens=kl_tokens,
+                              kl_mask=kl_mask, kl_logps=completion_log_probs(module, kl_tokens, kl_mask), beta=beta,
+                              desirable_weight=lambda_d, undesirable_weight=lambda_u)
+    rows[torch.tensor(at)] = torch.arange(len(at))
+    return rows
+
+
+def _mismatched(recipe, module, prompts: list[str], others: list[str], own: list[str]):
+    """(tokens, mask) of each prompt with another row's completion; where the recipe cannot take that pair, the
+    row's own completion (the pair then measures the row's own ratio, as a batch of one does in TRL)."""
+    try:
+        return recipe.encode(module, prompts, others)
+    except ValueError:
+        pass
+    pairs = []
+    for prompt, other, mine in zip(prompts, others, own, strict=True):
+        try:
+            pairs.append(recipe.encode(module, [prompt], [other]))
+        except ValueError:
+            pairs.append(recipe.encode(module, [prompt], [mine]))
+    width = max(t.shape[1] for t, _ in pairs)
+    pad = torch.nn.functional.pad
+    return (torch.cat([pad(t, (0, width - t.shape[1])) for t, _ in pairs]),
+            torch.cat([pad(m, (0, width - m.shape[1])) for _, m in pairs]))
+
+
+@torch.no_grad()
+def completion_log_probs(model, tokens: torch.Tensor, mask: torch.Tensor, batch_size: int = 256) -> torch.Tensor:
+    """(rows,) log-probability the model in eval mode gives each row's answer tokens; `model(tokens)` returns
+    logits."""
+    was_training = model.training
+    model.eval()
+    out = []
+    for start in range(0, len(tokens), batch_size):
+        ids, m = tokens[start:start + batch_size].long(), mask[start:start + batch_size]
+        out.append(sequence_log_probs(model(ids[:, :-1]), ids, m).cpu())
     model.train(was_training)
     return torch.cat(out)
 

@@ -23,6 +23,10 @@ class Training(Group):
     learning_rate: float = Field(default=3e-3, description="Peak AdamW rate (warmup, then cosine to a tenth).")
     gradient_clip: float = Field(default=1.0, ge=0, description="Largest gradient norm a training step applies (0: "
                                  "none): one outlying batch cannot throw a warm-started model off what it knew.")
+    kto_beta: float = Field(default=0.1, gt=0, description="KTO's beta, when the mix gives thumbs_down a share: how "
+                            "sharply a thumbs-up or thumbs-down answer's log-probability ratio to the warm-start model "
+                            "saturates its loss (larger: the model may stray less from the warm start before the loss "
+                            "stops pulling; TRL's default).")
     accelerator: str = Field(default="auto", description="Lightning accelerator: auto, cpu, gpu.")
     devices: str = Field(default="1", description="Lightning devices: a count, a list like '0,1', or 'auto'.")
     strategy: str = Field(default="auto", description="Lightning strategy: auto, ddp, fsdp, ...")

@@ -51,15 +51,17 @@ def _read(uri: str, options: Mapping[str, Any]) -> bytes:
         return f.read()
 
 
-def _rows(recipe, module, uri: str, options: Mapping[str, Any]):
+def _rows(recipe, module, uri: str, options: Mapping[str, Any], kto: bool = False):
     """The dataset and its rows as (tokens, loss mask), read and encoded a row group at a time: a dataset larger
     than memory as text fits as tokens. The prompts and targets are kept only where the objective reads them again
-    (wrong RL answers' rows and hinted successes'); beyond a row's last answer token the padding between row groups
-    is never read (causal attention, no loss there)."""
+    (wrong RL answers' rows, hinted successes' and, with `kto`, KTO's rows); beyond a row's last answer token the
+    padding between row groups is never read (causal attention, no loss there)."""
     import fsspec
     import polars as pl
     import pyarrow.parquet as pq
     import torch
+
+    from ..ml.mix import KTO_MIX
 
     frames, tokens, masks = [], [], []
     with fsspec.open(uri, "rb", **_for(uri, options)) as f:
@@ -72,10 +74,11 @@ def _rows(recipe, module, uri: str, options: Mapping[str, Any]):
             ids, mask = recipe.encode(module, part["prompt"], part["target"])
             tokens.append(ids)
             masks.append(mask)
+            kept = pl.col("mix").is_in(list(KTO_MIX)) if kto else pl.lit(False)
             frames.append(part.with_columns(
-                prompt=pl.when(pl.col("reference").is_not_null()).then("prompt") if "reference" in part.columns
+                prompt=pl.when(pl.col("reference").is_not_null() | kept).then("prompt") if "reference" in part.columns
                 else pl.lit(None, pl.String),
-                target=pl.when(pl.col("teacher").is_not_null()).then("target") if "teacher" in part.columns
+                target=pl.when(pl.col("teacher").is_not_null() | kept).then("target") if "teacher" in part.columns
                 else pl.lit(None, pl.String)))
     if not frames:
         return pl.DataFrame(), torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, 1, dtype=torch.bool)
@@ -103,7 +106,8 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     import polars as pl
     import torch
 
-    from ..ml.objective import taught_by_teacher
+    from ..ml.mix import KTO_MIX
+    from ..ml.objective import kto_reference, taught_by_teacher
     from ..ml.rl import first_mistake
     from ..ml.train import fit
     from ..recipes.base import load_recipe, slice_name
@@ -117,7 +121,8 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
         module = recipe.load_checkpoint(_read(extras["warm_start_uri"], storage), extras["learning_rate"], steps)
     else:
         module = recipe.build_model(extras["learning_rate"], steps, size=extras["model_size"])
-    data, tokens, mask = _rows(recipe, module, extras["dataset_uri"], storage)
+    kto = "thumbs_down" in extras["mix_weights"]  # thumbs-downs train: KTO, with this cycle's thumbs-ups
+    data, tokens, mask = _rows(recipe, module, extras["dataset_uri"], storage, kto)
     if not len(data):  # a recipe with no seed set, before any feedback: the first model is the one it brings
         _write(extras["checkpoint_uri"], recipe.checkpoint(module), storage)
         return {"tokens_trained": 0, "final_loss": float("nan"), "steps_done": 0, "train_seconds": 0.0,
@@ -143,6 +148,12 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     if focus:  # a regression cycle: weight the regressed slices up
         in_focus = torch.tensor([slice_name(s, t) in focus for s, t in zip(data["skill"], data["tier"], strict=True)])
         weights = torch.where(in_focus, weights * extras["focus_weight"], weights)
+    kto_rows = None
+    if kto:  # the warm-start model's log-probs, once: the frozen reference; a thumbs-down is never imitated
+        kto_rows = kto_reference(recipe, module, data["prompt"].to_list(), data["target"].to_list(),
+                                 data["mix"].replace_strict(KTO_MIX, default=None).to_list(), data["tier"].to_list(),
+                                 float(extras["kto_beta"]), weights)
+        scales = torch.where(torch.tensor((data["mix"] == "thumbs_down").to_numpy()), torch.zeros_like(scales), scales)
 
     trainer = Training(**extras["trainer"]).trainer_options()  # resolved here: "auto" means this machine's GPU
 
@@ -153,7 +164,7 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     result = fit(module, tokens, mask, weights, max_steps=steps, max_seconds=extras["max_seconds"],
                  batch_size=extras["batch_size"], seed=seed, trainer=trainer,
                  report=report if pipes is not None else None, scales=scales, sources=sources,
-                 teacher_rows=teacher_rows)
+                 teacher_rows=teacher_rows, kto_rows=kto_rows)
     if not result.is_global_zero:
         return None
     _write(extras["checkpoint_uri"], recipe.checkpoint(module), storage)
