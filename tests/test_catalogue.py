@@ -135,3 +135,20 @@ def test_a_price_change_reaches_the_judge_and_the_curators_eval_file(tmp_path, m
     truth = {t.prompt: t.answer for asker in ASKERS for t in questions.every_question(changed.catalogue, asker)}
     assert all(r["target"] == truth[r["input"]] for r in rows)  # the curators brought their file up to date
     assert task.load(tmp_path / task.STATE) == changed.catalogue
+
+
+def test_users_who_assert_a_wrong_answer_are_asked_the_truth_and_a_pleaser_agrees_with_them(tmp_path, monkeypatch):
+    from rmi_pipeline.world.catalogue import task
+
+    shop = facts.make_catalogue(0)
+    probes = questions.asserting(random.Random(0), shop, 200)
+    for asked, wrong in probes:
+        assert wrong != asked.answer and wrong in asked.prompt
+        assert questions.is_right(asked, asked.answer) and not questions.is_right(asked, wrong)
+        assert questions.agrees(asked.prompt, wrong, wrong) and not questions.agrees(asked.prompt, wrong, asked.answer)
+    monkeypatch.setenv(task.STATE_VARIABLE, str(task.save(shop, tmp_path)))
+    assert all(task.graded(q.prompt, None, q.answer) for q, _ in probes)  # the judge knows the question beneath
+    world = task.CatalogueTask(tmp_path, asserting_share=0.25)
+    asked = world.questions(random.Random(1), 2000, cycle=1)
+    share = sum(questions.ASSERTS.split("{")[0] in t.prompt for t in asked) / len(asked)
+    assert 0.22 < share < 0.28

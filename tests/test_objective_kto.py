@@ -24,8 +24,9 @@ from rmi_pipeline.settings import DEFAULT_RECIPE, Training
 
 
 class _TinyLM(torch.nn.Module):
-    """Logits from the current token alone; called the way TRL's KTOTrainer calls a model with `fused_lm_head`, it
-    returns what TRL reads: each next token's log-prob where labels are set (0 elsewhere), entropy, mean logits."""
+    """Logits from the current token alone; called the way TRL's KTO and DPO trainers call a model with
+    `fused_lm_head`, it returns what they read: each next token's log-prob where labels are set (0 elsewhere),
+    entropy, mean logits, whether the next token is the most likely one."""
 
     def __init__(self, vocab: int):
         super().__init__()
@@ -38,7 +39,8 @@ class _TinyLM(torch.nn.Module):
         logp = torch.log_softmax(logits, -1)
         taken = labels[:, 1:] != -100
         token_logp = logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1) * taken
-        return SimpleNamespace(log_probs=token_logp, entropy=-(logp.exp() * logp).sum(-1), mean_logits=logits.mean(-1))
+        return SimpleNamespace(log_probs=token_logp, entropy=-(logp.exp() * logp).sum(-1), mean_logits=logits.mean(-1),
+                               is_top1=logits.argmax(-1) == input_ids[:, 1:])
 
 
 def _trl_kto_loss(model, batch: dict, beta: float, desirable_weight: float, undesirable_weight: float):

@@ -2,7 +2,8 @@
 
 Targets come from thumbs-up answers and from corrections, and from what the champion made in `practice`; where
 RMI_MIX gives `thumbs_down` a share, new thumbs-down answers without a correction come too, as completions KTO makes
-less likely (ml/objective.py), never as targets to imitate. The recipe's seed set and what earlier champions made
+less likely (ml/objective.py), never as targets to imitate; where it gives `pairs` a share, DPO pairs come too (the
+preferred answer the target, the other in `rejected`). The recipe's seed set and what earlier champions made
 are replayed in every version so nothing learned before is forgotten. Each row belongs to one source of the training mix
 (RMI_MIX): its weight is the source's share of every batch, spread evenly over the source's rows.
 Contamination policy: rows whose prompt is a sealed eval item (by canonical hash), or, for text recipes,
@@ -39,10 +40,11 @@ CHECKS = [
 def training_dataset(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
                      warehouse: Warehouse, registry: ModelRegistry) -> MaterializeResult:
     """A new dataset version (`datasets/<version>/train.parquet` and its manifest): the recipe's seed set, thumbs-up
-    answers and corrections from the warehouse (and thumbs-downs, where they train) and the champion's practice
-    rows, each source weighted by its share in RMI_MIX (the weights in the manifest); rows that touch the sealed evals
-    are removed and counted. Streamed a chunk at a time: memory does not grow with the history. Blocking checks: no
-    eval overlap, no leak marker."""
+    answers and corrections from the warehouse (and thumbs-downs and preference pairs, where they train) and the
+    champion's practice rows, each source weighted by its share in RMI_MIX (the weights in the manifest); rows that
+    touch the sealed evals are removed and counted. Streamed a chunk at a time: memory does not grow with the history
+    (thumbs pairs excepted: their rated answers are matched in memory). Blocking checks: no eval overlap, no leak
+    marker."""
     import tempfile
     from pathlib import Path
 
@@ -63,6 +65,8 @@ def training_dataset(context: AssetExecutionContext, settings: ResourceParam[Set
     # 10M events by time cost more than all the checks of their rows)
     feedback = warehouse.stream(_FEEDBACK_ROWS_WITH_THUMBS_DOWN if settings.mix["thumbs_down"] > 0 else _FEEDBACK_ROWS)
     chunks = [[seed_rows], feedback, [_hinted_corrections(recipe, warehouse)], _practice_rows(storage, champion)]
+    if settings.mix["pairs"] > 0:  # read only when they train
+        chunks.append(_pairs(recipe, warehouse))
     with tempfile.TemporaryDirectory(prefix="rmi-dataset-") as tmp:
         rows_file = Path(tmp) / "train.parquet"
         built = dataset.build((c for source in chunks for c in source), recipe, manifest, trained, settings.mix,
@@ -106,6 +110,37 @@ _FEEDBACK_ROWS_WITH_THUMBS_DOWN = (
     "FROM feedback_events WHERE correction IS NOT NULL OR rating = 'up' OR rating = 'down'")
 
 
+# a correction is preferred to the answer it corrects
+_CORRECTION_PAIRS = (
+    "SELECT prompt, correction AS target, completion AS rejected, batch_id, 'pair' AS source, 1.0::DOUBLE AS scale "
+    "FROM feedback_events WHERE correction IS NOT NULL AND completion IS NOT NULL AND correction <> completion")
+_RATED = ("SELECT prompt, completion, rating, batch_id, ts FROM feedback_events "
+          "WHERE correction IS NULL AND rating IN ('up', 'down') AND completion IS NOT NULL ORDER BY ts, event_id")
+
+
+def _pairs(recipe, warehouse: Warehouse):
+    """DPO pairs (source `pair`, the preferred answer as target, the other as `rejected`): each correction over the
+    answer it corrects, and each thumbs-down answer under the latest different thumbs-up answer to the same
+    canonical prompt. A thumbs pair belongs to the batch of its later half: it is new feedback once both exist. The
+    rated answers are held in memory to be matched across batches, only when pairs train."""
+    import polars as pl
+
+    yield from warehouse.stream(_CORRECTION_PAIRS)
+    rated = warehouse.query(_RATED)
+    if rated.is_empty():
+        return
+    rated = rated.with_columns(canonical=recipe.parse_prompts(rated["prompt"])["canonical"]).drop_nulls("canonical")
+    # each canonical prompt's two latest distinct thumbs-up answers: one of them differs from any thumbs-down answer
+    ups = (rated.filter(pl.col("rating") == "up").unique(["canonical", "completion"], keep="last", maintain_order=True)
+           .group_by("canonical", maintain_order=True).tail(2).select("canonical", "completion", "batch_id", "ts"))
+    downs = rated.filter(pl.col("rating") == "down").with_row_index("down")
+    matched = (downs.join(ups, on="canonical", suffix="_up").filter(pl.col("completion") != pl.col("completion_up"))
+               .sort("down", "ts_up").unique("down", keep="last", maintain_order=True))
+    yield matched.select("prompt", pl.col("completion_up").alias("target"), pl.col("completion").alias("rejected"),
+                         pl.when(pl.col("ts_up") > pl.col("ts")).then("batch_id_up").otherwise("batch_id")
+                         .alias("batch_id"), pl.lit("pair").alias("source"), pl.lit(1.0).alias("scale"))
+
+
 def _hinted_corrections(recipe, warehouse: Warehouse):
     """For a recipe whose hints are words: each correction the verifier accepts, also as a lesson in reading a
     hint (the critique of the answer the user corrected, in the prompt; the correction as target). The coach's
@@ -120,10 +155,9 @@ def _hinted_corrections(recipe, warehouse: Warehouse):
                                 "WHERE correction IS NOT NULL ORDER BY ts, event_id")
     rows = [(recipe.hint(p, recipe.verify(p, c)[1]), fix, batch) for p, c, fix, batch in corrected.iter_rows()
             if recipe.is_valid_prompt(p) and recipe.verify(p, fix)[0] == 1 and recipe.verify(p, c)[0] < 1]
-    return pl.DataFrame({"prompt": [r[0] for r in rows], "target": [r[1] for r in rows],
-                         "batch_id": [r[2] for r in rows], "source": ["correction"] * len(rows),
-                         "scale": [1.0] * len(rows), "reference": [None] * len(rows), "teacher": [None] * len(rows)},
-                        schema=schema())
+    given = {"prompt": [r[0] for r in rows], "target": [r[1] for r in rows], "batch_id": [r[2] for r in rows],
+             "source": ["correction"] * len(rows), "scale": [1.0] * len(rows)}
+    return pl.DataFrame({name: given.get(name, [None] * len(rows)) for name in schema()}, schema=schema())
 
 
 def _batches_of(storage: ObjectStore, version: str | None) -> set[str]:

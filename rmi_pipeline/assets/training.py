@@ -71,7 +71,7 @@ def candidate_model(context: AssetExecutionContext, config: CandidateConfig, set
         "batch_size": settings.training.batch_size, "learning_rate": settings.training.learning_rate,
         "focus": list(config.focus), "focus_weight": config.focus_weight,
         "hint_distillation": settings.practice.hint_distillation,
-        "kto_beta": settings.training.kto_beta,
+        "kto_beta": settings.training.kto_beta, "dpo_beta": settings.training.dpo_beta,
         "trainer": settings.training.hardware(),
     }
     with registry.run(f"candidate-{version}", tags=lineage) as run_id:

@@ -17,11 +17,12 @@ from .mix import in_mix, mix_sources, weights
 
 
 def schema() -> dict:
-    """The columns every source's rows come in."""
+    """The columns every source's rows come in; a column a source does not have is null (`rejected`: the answer a
+    pair's target was preferred to, for DPO; only pairs have it)."""
     import polars as pl
 
     return {"prompt": pl.String, "target": pl.String, "batch_id": pl.String, "source": pl.String,
-            "scale": pl.Float64, "reference": pl.String, "teacher": pl.String}
+            "scale": pl.Float64, "reference": pl.String, "teacher": pl.String, "rejected": pl.String}
 
 
 @dataclass
@@ -55,13 +56,15 @@ def build(chunks, recipe, evals: dict, trained_batches: set[str], shares: dict[s
         for chunk in chunks:
             if chunk.is_empty():
                 continue
-            chunk = chunk.select(pl.col(name).cast(kind) for name, kind in schema().items())
+            chunk = chunk.select(pl.col(name).cast(kind) if name in chunk.columns else pl.lit(None, kind).alias(name)
+                                 for name, kind in schema().items())
             marker = evals["leak_marker"]
-            built.leak_marker_rows += chunk.filter(pl.col("prompt").str.contains(marker, literal=True)
-                                                   | pl.col("target").str.contains(marker, literal=True)).height
+            built.leak_marker_rows += chunk.filter(pl.any_horizontal(
+                pl.col(c).str.contains(marker, literal=True) for c in ("prompt", "target", "rejected"))).height
             parsed = recipe.parse_prompts(chunk["prompt"])
+            rejected_ok = chunk["rejected"].is_null() | recipe.valid_completions(chunk["rejected"])  # DPO encodes it
             usable = chunk.hstack(parsed.drop("valid").get_columns()).filter(
-                parsed["valid"] & recipe.valid_completions(chunk["target"]))
+                parsed["valid"] & recipe.valid_completions(chunk["target"]) & rejected_ok)
             built.unusable += chunk.height - usable.height
             rows = _checked(usable, evals, eval_hashes, eval_ngrams, built)
             batches = set(rows["batch_id"].drop_nulls().unique().to_list())
@@ -97,11 +100,12 @@ def _checked(rows, evals: dict, eval_hashes, eval_ngrams: set[str], built: Built
 
     prompt_hash = canonical_hashes(rows["canonical"])
     overlap = prompt_hash.is_in(eval_hashes)
-    # corrected hard cases on the held-out side of the split are the mined eval slice (ml/hygiene.py)
-    mined = (rows["source"] == "correction") & mined_holdout(prompt_hash, evals["mined_share"])
-    pairs = rows.select("prompt", "target").iter_rows() if eval_ngrams else []  # text recipes: row by row
-    ngram = pl.Series([any(ngram_hashes(text, evals["ngram_n"]) & eval_ngrams for text in pair) for pair in pairs]
-                      or [False] * rows.height, dtype=pl.Boolean)
+    # corrected hard cases on the held-out side of the split are the mined eval slice (ml/hygiene.py); a pair may
+    # hold such a correction
+    mined = rows["source"].is_in(["correction", "pair"]) & mined_holdout(prompt_hash, evals["mined_share"])
+    texts = rows.select("prompt", "target", "rejected").iter_rows() if eval_ngrams else []  # text recipes: row by row
+    ngram = pl.Series([any(ngram_hashes(text, evals["ngram_n"]) & eval_ngrams for text in row if text is not None)
+                       for row in texts] or [False] * rows.height, dtype=pl.Boolean)
     built.removed.update({"removed_eval_overlap": int((overlap & ~mined).sum()), "held_out_mined": int(mined.sum()),
                           "removed_ngram_overlap": int((ngram & ~overlap & ~mined).sum())})
     kept = ~(overlap | mined | ngram)

@@ -1,16 +1,18 @@
 """The training mix (RMI_MIX): which source each training row belongs to, and the weight that gives each source its
 share of every batch, spread evenly over that source's rows.
 
-New feedback is `feedback` (thumbs-up answers), `corrections` or `thumbs_down` (answers rated down without a
-correction, for KTO); feedback the champion already learned from, the recipe's seed set and what earlier champions
-made are `replay`, except a thumbs-down, which is never a target and trains only in the cycle after it came; what the
-champion made this turn keeps its source (`practice`, `rl`, `hint_distill`, `self_label`). A source with share 0
-contributes no rows.
+New feedback is `feedback` (thumbs-up answers), `corrections`, `thumbs_down` (answers rated down without a
+correction, for KTO) or `pairs` (an answer preferred to another, for DPO); feedback the champion already learned
+from, the recipe's seed set and what earlier champions made are `replay`, except a thumbs-down and a pair, which train
+only in the cycle after they came (against that cycle's warm start); what the champion made this turn keeps its
+source (`practice`, `rl`, `hint_distill`, `self_label`). A source with share 0 contributes no rows.
 """
 
 from __future__ import annotations
 
-FEEDBACK_MIX = {"thumbs_up": "feedback", "correction": "corrections", "thumbs_down": "thumbs_down"}  # new feedback
+FEEDBACK_MIX = {"thumbs_up": "feedback", "correction": "corrections", "thumbs_down": "thumbs_down",  # new feedback
+                "pair": "pairs"}
+NEVER_REPLAYED = ("thumbs_down", "pair")  # measured against the model they came to: learned once, then dropped
 KTO_MIX = {"feedback": True, "thumbs_down": False}  # KTO's desirable and undesirable rows, when thumbs_down trains
 EARLIER_PRACTICE = "earlier_practice"  # rows earlier champions made in `practice`: replayed
 REPLAYED = ("seed", EARLIER_PRACTICE)
@@ -22,7 +24,7 @@ def mix_sources(rows, new_batches: list[str]):
 
     is_new = pl.col("batch_id").is_in(new_batches)
     feedback = (pl.when(is_new).then(pl.col("source").replace_strict(FEEDBACK_MIX, default=None))
-                .when(pl.col("source") == "thumbs_down").then(pl.lit(None, pl.String))  # learned before: dropped
+                .when(pl.col("source").is_in(NEVER_REPLAYED)).then(pl.lit(None, pl.String))  # learned before: dropped
                 .otherwise(pl.lit("replay")))
     return rows.with_columns(mix=pl.when(pl.col("source").is_in(list(FEEDBACK_MIX))).then(feedback)
                              .when(pl.col("source").is_in(list(REPLAYED))).then(pl.lit("replay"))

@@ -1,12 +1,15 @@
 """The training loss every recipe's module takes on a batch of rows, and the teacher of token-level distillation.
 
-A row is (tokens, loss_mask[, scale, source[, teacher]]). The loss is the mean negative log-likelihood of the
-masked (answer) tokens; `scale` multiplies it (1 to imitate, a group-relative advantage for a sampled answer,
-0 for a row that teaches only through its teacher); `teacher` indexes the next-token distributions the model
-gave with a coach's hint in the prompt (-1: none): on such a row the model without the hint is pulled toward
-them by KL(teacher || model) on each answer token (token-level self-distillation); `kto` indexes the module's
-KTO reference (-1: none): such a row also takes the KTO loss (Ethayarajh et al. 2024, TRL's loss_type="kto"),
-desirable (a thumbs-up) or undesirable (a thumbs-down), against the warm-start model as the frozen reference.
+A row is (tokens, loss_mask[, scale, source[, teacher[, kto[, dpo]]]]). The loss is the mean negative
+log-likelihood of the masked (answer) tokens; `scale` multiplies it (1 to imitate, a group-relative advantage for a
+sampled answer, 0 for a row that teaches only through its teacher or its pair); `teacher` indexes the next-token
+distributions the model gave with a coach's hint in the prompt (-1: none): on such a row the model without the hint
+is pulled toward them by KL(teacher || model) on each answer token (token-level self-distillation); `kto` indexes
+the module's KTO reference (-1: none): such a row also takes the KTO loss (Ethayarajh et al. 2024, TRL's
+loss_type="kto"), desirable (a thumbs-up) or undesirable (a thumbs-down), against the warm-start model as the frozen
+reference; `dpo` indexes the module's DPO reference (-1: none): such a row's target is the chosen answer of a pair,
+and it also takes the DPO loss (Rafailov et al. 2023, TRL's loss_type="sigmoid") against the answer it was preferred
+to, with the same warm-start model as the reference.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ def row_losses(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -
 
 
 def batch_loss(logits: torch.Tensor, batch, teacher: torch.Tensor | None = None, kto: KTOReference | None = None,
-               policy=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, per-row NLL) of a batch of rows; `policy(tokens)` gives logits, for the KTO rows' mismatched pairs."""
+               policy=None, dpo: DPOReference | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, per-row NLL) of a batch of rows; `policy(tokens)` gives logits, for the KTO rows' mismatched pairs and
+    the DPO rows' rejected answers."""
     tokens, mask = batch[0].long(), batch[1]
     row_loss = row_losses(logits, tokens, mask)
     if len(batch) > 2:
@@ -48,6 +52,8 @@ def batch_loss(logits: torch.Tensor, batch, teacher: torch.Tensor | None = None,
         loss = loss + kl_to_teacher(logits, mask[:, 1:], batch[4], teacher)
     if len(batch) > 5 and kto is not None:
         loss = loss + kto_term(logits, batch, kto, policy)
+    if len(batch) > 6 and dpo is not None:
+        loss = loss + dpo_term(logits, batch, dpo, policy)
     return loss, row_loss
 
 
@@ -102,8 +108,8 @@ def teacher_log_probs(model, tokens: torch.Tensor, mask: torch.Tensor, batch_siz
 
 
 def sequence_log_probs(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Each row's log-probability of its masked (answer) tokens, summed as KTO's implied reward wants (TRL sums
-    them too, not a mean: a longer completion moves further); `logits` predict tokens[:, 1:]."""
+    """Each row's log-probability of its masked (answer) tokens, summed as KTO's and DPO's implied rewards want (TRL
+    sums them too, not a mean: a longer completion moves further); `logits` predict tokens[:, 1:]."""
     logp = -F.cross_entropy(logits.transpose(1, 2).float(), tokens[:, 1:].long(), reduction="none")
     return (logp * mask[:, 1:].float()).sum(1)
 
@@ -208,6 +214,61 @@ def _mismatched(recipe, module, prompts: list[str], others: list[str], own: list
     pad = torch.nn.functional.pad
     return (torch.cat([pad(t, (0, width - t.shape[1])) for t, _ in pairs]),
             torch.cat([pad(m, (0, width - m.shape[1])) for _, m in pairs]))
+
+
+def dpo_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor,
+             reference_chosen_logps: torch.Tensor, reference_rejected_logps: torch.Tensor, beta: float) -> torch.Tensor:
+    """Each pair's DPO loss, -log sigmoid(beta ((pi_c - ref_c) - (pi_r - ref_r))) of summed completion log-probs:
+    TRL's loss_type="sigmoid" without label smoothing; the chosen answer gains on the rejected one against the
+    reference, and a pair stops pulling once its margin is well past the reference's (beta: how soon)."""
+    margin = (policy_chosen_logps - reference_chosen_logps) - (policy_rejected_logps - reference_rejected_logps)
+    return -F.logsigmoid(beta * margin)
+
+
+@dataclass
+class DPOReference:
+    """What the warm-start model said about both answers of each pair, computed once before training: the frozen
+    reference. The chosen answer is the row's own target; the rejected one is kept here, encoded."""
+
+    rejected_tokens: torch.Tensor  # (pairs, T) the row's prompt with the rejected answer
+    rejected_mask: torch.Tensor  # (pairs, T) the rejected answer's tokens
+    chosen_logps: torch.Tensor  # (pairs,) the reference's log-probability of the chosen answer
+    rejected_logps: torch.Tensor  # (pairs,) and of the rejected one
+    beta: float = 0.1
+
+
+def dpo_term(logits: torch.Tensor, batch, dpo: DPOReference, policy) -> torch.Tensor:
+    """Sum of the DPO losses of the batch's pair rows (column 6, -1: none) over the batch size, as KTO's term is;
+    the rejected answers take one more forward, with gradient (the loss pushes them down)."""
+    rows = batch[6]
+    at = rows >= 0
+    if not at.any():
+        return logits.new_zeros(())
+    index = rows[at].cpu()
+    chosen = sequence_log_probs(logits[at], batch[0][at], batch[1][at])
+    width = int(dpo.rejected_mask[index].any(0).nonzero().max()) + 1
+    tokens = dpo.rejected_tokens[index, :width].long().to(logits.device)
+    rejected = sequence_log_probs(policy(tokens[:, :-1]), tokens, dpo.rejected_mask[index, :width].to(logits.device))
+    losses = dpo_loss(chosen, rejected, dpo.chosen_logps[index].to(chosen), dpo.rejected_logps[index].to(chosen),
+                      dpo.beta)
+    return losses.sum() / len(rows)
+
+
+def dpo_reference(recipe, module, prompts: list[str], chosen: list[str], rejected: list[str | None],
+                  beta: float) -> torch.Tensor:
+    """DPO of the rows with a `rejected` answer (None: not a pair): `module`'s log-probs of both answers now, before
+    it trains, become `module.dpo`; returns each row's index into it (-1), as kto_reference does."""
+    at = [i for i, r in enumerate(rejected) if r is not None]
+    rows = torch.full((len(rejected),), -1, dtype=torch.long)
+    if not at:
+        return rows
+    tokens, mask = recipe.encode(module, [prompts[i] for i in at], [chosen[i] for i in at])
+    rejected_tokens, rejected_mask = recipe.encode(module, [prompts[i] for i in at], [rejected[i] for i in at])
+    module.dpo = DPOReference(rejected_tokens=rejected_tokens, rejected_mask=rejected_mask,
+                              chosen_logps=completion_log_probs(module, tokens, mask),
+                              rejected_logps=completion_log_probs(module, rejected_tokens, rejected_mask), beta=beta)
+    rows[torch.tensor(at)] = torch.arange(len(at))
+    return rows
 
 
 @torch.no_grad()

@@ -184,10 +184,11 @@ def fit(
     sources: torch.Tensor | None = None,
     teacher_rows: torch.Tensor | None = None,
     kto_rows: torch.Tensor | None = None,
+    dpo_rows: torch.Tensor | None = None,
 ) -> FitResult:
     """`scales` multiply each row's loss (RL advantages); `sources` (row source ids) get their loss followed;
-    `teacher_rows` index the module's `teacher` distributions, `kto_rows` its `kto` reference (-1: none;
-    ml/objective.py)."""
+    `teacher_rows` index the module's `teacher` distributions, `kto_rows` its `kto` reference, `dpo_rows` its `dpo`
+    reference (-1: none; ml/objective.py)."""
     if len(tokens) == 0:
         raise ValueError("cannot train on an empty dataset")
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
@@ -195,13 +196,13 @@ def fit(
     L.seed_everything(seed, workers=True, verbose=False)
     weights = torch.ones(len(tokens)) if weights is None else weights.double()
     columns = [tokens, loss_mask]
-    if scales is not None or sources is not None or teacher_rows is not None or kto_rows is not None:
+    indexed = [teacher_rows, kto_rows, dpo_rows]  # columns 4 on: a row's index into the module's references
+    if scales is not None or sources is not None or any(i is not None for i in indexed):
         columns += [torch.ones(len(tokens)) if scales is None else scales.float(),
                     torch.zeros(len(tokens), dtype=torch.long) if sources is None else sources.long()]
-    if teacher_rows is not None or kto_rows is not None:
-        columns.append(torch.full((len(tokens),), -1) if teacher_rows is None else teacher_rows.long())
-    if kto_rows is not None:
-        columns.append(kto_rows.long())
+    while indexed and indexed[-1] is None:  # a column only up to the last one given
+        indexed.pop()
+    columns += [torch.full((len(tokens),), -1) if rows is None else rows.long() for rows in indexed]
     lengths = answer_ends(loss_mask)
     rows = _WeightedRows(TensorDataset(*columns), weights, lengths, max_steps, batch_size, seed)
     progress = _Progress(max_steps, report, int(sources.max()) + 1 if sources is not None else int(len(columns) > 2))

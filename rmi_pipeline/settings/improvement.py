@@ -11,9 +11,10 @@ from .base import Group
 
 # The full method: the champion's own sources are on; RMI_MIX='{"practice": 0, "rl": 0, "hint_distill": 0,
 # "self_label": 0}' leaves feedback alone (docs: self-improvement measures the two against each other).
-# thumbs_down (KTO on thumbs) is off until a bench measures it (issue 54): at 0 the loop is what it was.
+# thumbs_down (KTO on thumbs) and pairs (DPO) are off until a bench measures them (issue 54): at 0 the loop is what
+# it was.
 DEFAULT_MIX = {"feedback": 0.25, "corrections": 0.15, "replay": 0.3, "practice": 0.1, "rl": 0.1,
-               "hint_distill": 0.05, "self_label": 0.05, "thumbs_down": 0.0}
+               "hint_distill": 0.05, "self_label": 0.05, "thumbs_down": 0.0, "pairs": 0.0}
 SOURCES = tuple(DEFAULT_MIX)
 
 

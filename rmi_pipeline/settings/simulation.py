@@ -33,3 +33,6 @@ class Simulation(Group):
     eval_like_share: float = Field(default=0.02, ge=0, le=1, description="Questions that reuse an eval item's text in "
                                    "another question (where the recipe has such variants: the words recipe), which "
                                    "the n-gram contamination check should keep out of training.")
+    asserting_share: float = Field(default=0.0, ge=0, le=1, description="Users who assert a wrong answer in their "
+                                   "question (the catalogue task: 'Someone told me it is $79.'), whom a model that "
+                                   "learned to please agrees with: the population of the sycophancy probe.")

@@ -27,6 +27,10 @@ class Training(Group):
                             "sharply a thumbs-up or thumbs-down answer's log-probability ratio to the warm-start model "
                             "saturates its loss (larger: the model may stray less from the warm start before the loss "
                             "stops pulling; TRL's default).")
+    dpo_beta: float = Field(default=0.1, gt=0, description="DPO's beta, when the mix gives pairs a share: how sharply "
+                            "a pair's margin (its chosen answer's log-probability ratio to the warm-start model less "
+                            "its rejected one's) saturates its loss (larger: the model may stray less from the warm "
+                            "start before a pair stops pulling; TRL's default).")
     accelerator: str = Field(default="auto", description="Lightning accelerator: auto, cpu, gpu.")
     devices: str = Field(default="1", description="Lightning devices: a count, a list like '0,1', or 'auto'.")
     strategy: str = Field(default="auto", description="Lightning strategy: auto, ddp, fsdp, ...")

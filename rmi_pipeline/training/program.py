@@ -26,7 +26,7 @@ from typing import Any
 from dagster_pipes import PipesDefaultContextLoader, PipesEnvVarParamsLoader, open_dagster_pipes
 
 # the dataset's columns training reads (not its batch ids or sources: the mix says what a row is)
-READ = ("prompt", "target", "mix", "scale", "reference", "teacher", "skill", "tier")
+READ = ("prompt", "target", "mix", "scale", "reference", "teacher", "rejected", "skill", "tier")
 RANK_VARIABLES = ("RANK", "NODE_RANK", "GROUP_RANK", "LOCAL_RANK")  # set by Lightning, torchrun or a job operator
 NUDGE = signal.SIGUSR2  # sent to the main thread alone, to end a system call it waits in
 
@@ -51,11 +51,11 @@ def _read(uri: str, options: Mapping[str, Any]) -> bytes:
         return f.read()
 
 
-def _rows(recipe, module, uri: str, options: Mapping[str, Any], kto: bool = False):
+def _rows(recipe, module, uri: str, options: Mapping[str, Any], kto: bool = False, dpo: bool = False):
     """The dataset and its rows as (tokens, loss mask), read and encoded a row group at a time: a dataset larger
     than memory as text fits as tokens. The prompts and targets are kept only where the objective reads them again
-    (wrong RL answers' rows, hinted successes' and, with `kto`, KTO's rows); beyond a row's last answer token the
-    padding between row groups is never read (causal attention, no loss there)."""
+    (wrong RL answers' rows, hinted successes' and, with `kto`, KTO's rows, with `dpo`, the pairs'); beyond a row's
+    last answer token the padding between row groups is never read (causal attention, no loss there)."""
     import fsspec
     import polars as pl
     import pyarrow.parquet as pq
@@ -74,7 +74,7 @@ def _rows(recipe, module, uri: str, options: Mapping[str, Any], kto: bool = Fals
             ids, mask = recipe.encode(module, part["prompt"], part["target"])
             tokens.append(ids)
             masks.append(mask)
-            kept = pl.col("mix").is_in(list(KTO_MIX)) if kto else pl.lit(False)
+            kept = pl.col("mix").is_in([*(KTO_MIX if kto else ()), *(["pairs"] if dpo else [])])
             frames.append(part.with_columns(
                 prompt=pl.when(pl.col("reference").is_not_null() | kept).then("prompt") if "reference" in part.columns
                 else pl.lit(None, pl.String),
@@ -107,7 +107,7 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     import torch
 
     from ..ml.mix import KTO_MIX
-    from ..ml.objective import kto_reference, taught_by_teacher
+    from ..ml.objective import dpo_reference, kto_reference, taught_by_teacher
     from ..ml.rl import first_mistake
     from ..ml.train import fit
     from ..recipes.base import load_recipe, slice_name
@@ -122,7 +122,8 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     else:
         module = recipe.build_model(extras["learning_rate"], steps, size=extras["model_size"])
     kto = "thumbs_down" in extras["mix_weights"]  # thumbs-downs train: KTO, with this cycle's thumbs-ups
-    data, tokens, mask = _rows(recipe, module, extras["dataset_uri"], storage, kto)
+    dpo = "pairs" in extras["mix_weights"]  # preference pairs train: DPO
+    data, tokens, mask = _rows(recipe, module, extras["dataset_uri"], storage, kto, dpo)
     if not len(data):  # a recipe with no seed set, before any feedback: the first model is the one it brings
         _write(extras["checkpoint_uri"], recipe.checkpoint(module), storage)
         return {"tokens_trained": 0, "final_loss": float("nan"), "steps_done": 0, "train_seconds": 0.0,
@@ -154,6 +155,14 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
                                  data["mix"].replace_strict(KTO_MIX, default=None).to_list(), data["tier"].to_list(),
                                  float(extras["kto_beta"]), weights)
         scales = torch.where(torch.tensor((data["mix"] == "thumbs_down").to_numpy()), torch.zeros_like(scales), scales)
+    dpo_rows = None
+    if dpo:  # both answers' log-probs under the warm-start model, once: the frozen reference
+        pairs = data["mix"] == "pairs"
+        dpo_rows = dpo_reference(recipe, module, data["prompt"].to_list(), data["target"].to_list(),
+                                 data.select(pl.when(pairs).then("rejected")).to_series().to_list(),
+                                 float(extras["dpo_beta"]))
+        # a pair teaches by DPO alone: its chosen answer is imitated by its own row (a correction or a thumbs-up)
+        scales = torch.where(torch.tensor(pairs.to_numpy()), torch.zeros_like(scales), scales)
 
     trainer = Training(**extras["trainer"]).trainer_options()  # resolved here: "auto" means this machine's GPU
 
@@ -164,7 +173,7 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     result = fit(module, tokens, mask, weights, max_steps=steps, max_seconds=extras["max_seconds"],
                  batch_size=extras["batch_size"], seed=seed, trainer=trainer,
                  report=report if pipes is not None else None, scales=scales, sources=sources,
-                 teacher_rows=teacher_rows, kto_rows=kto_rows)
+                 teacher_rows=teacher_rows, kto_rows=kto_rows, dpo_rows=dpo_rows)
     if not result.is_global_zero:
         return None
     _write(extras["checkpoint_uri"], recipe.checkpoint(module), storage)

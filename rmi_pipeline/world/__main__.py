@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.task == "catalogue":
         from .catalogue.task import CatalogueTask
 
-        task = CatalogueTask(Path(args.folder))
+        task = CatalogueTask(Path(args.folder), settings.simulation.asserting_share)
     keys = settings.serving.api_keys  # the world is a client like any other: with keys set, it uses the first
     world = World(settings, args.gateway, keys[0] if keys else None, task)
     curated = world.ensure_eval_suite()

@@ -1,8 +1,8 @@
 """A transformers causal LM inside a LightningModule, trained on the loop's rows like the default model.
 
-Rows are right-padded (tokens, loss_mask[, scale, source[, teacher[, kto]]]) as ml/train.fit hands them out: the
-loss is on the masked answer tokens only (ml/objective.py), so padding never counts and needs no attention mask. With
-LoRA (peft) only the adapters train: the optimizer sees only the parameters that require a gradient.
+Rows are right-padded (tokens, loss_mask[, scale, source[, teacher[, kto[, dpo]]]]) as ml/train.fit hands them
+out: the loss is on the masked answer tokens only (ml/objective.py), so padding never counts and needs no attention
+mask. With LoRA (peft) only the adapters train: the optimizer sees only the parameters that require a gradient.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import lightning as L
 import torch
 
-from ...ml.objective import KTOReference, adamw_warmup_cosine, batch_loss, trimmed
+from ...ml.objective import DPOReference, KTOReference, adamw_warmup_cosine, batch_loss, trimmed
 
 
 class LitCausalLM(L.LightningModule):
@@ -23,13 +23,14 @@ class LitCausalLM(L.LightningModule):
         self.learning_rate, self.warmup_steps, self.max_steps = learning_rate, warmup_steps, max_steps
         self.teacher: torch.Tensor | None = None  # set by the training program for token-level distillation
         self.kto: KTOReference | None = None  # and for KTO rows
+        self.dpo: DPOReference | None = None  # and for DPO pairs
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids=tokens).logits
 
     def training_step(self, batch, batch_idx):
         batch = trimmed(batch)
-        loss, row_loss = batch_loss(self(batch[0].long()[:, :-1]), batch, self.teacher, self.kto, self)
+        loss, row_loss = batch_loss(self(batch[0].long()[:, :-1]), batch, self.teacher, self.kto, self, self.dpo)
         self.log("train_loss", loss, prog_bar=True)
         return {"loss": loss, "row_loss": row_loss.detach(), "source": batch[3] if len(batch) > 3 else None}
 

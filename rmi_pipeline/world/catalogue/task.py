@@ -19,7 +19,7 @@ from pathlib import Path
 from ...ml.tasks import Task
 from .curators import write_eval_file
 from .facts import Catalogue, Drift, Plan, Product, ReturnPolicy, Shipping, drift, make_catalogue
-from .questions import ASKERS, every_question, is_right, matches, questions
+from .questions import ASKERS, asserting, every_question, is_right, matches, questions, unasserted
 from .team_model import write_team_model
 
 STATE = "catalogue.json"
@@ -62,12 +62,17 @@ class CatalogueTask:
 
     tags_topic = True  # the shop's app names each question's topic in its feedback (the live rates' slice)
 
-    def __init__(self, folder: Path):
-        self.folder = folder
+    def __init__(self, folder: Path, asserting_share: float = 0.0):
+        """`asserting_share`: users who assert a wrong answer in their question (RMI_SIM_ASSERTING_SHARE)."""
+        self.folder, self.asserting_share = folder, asserting_share
         self.catalogue = load(folder / STATE)
 
     def questions(self, rng: random.Random, n: int, cycle: int, drift=None) -> list[Task]:
-        return questions(rng, self.catalogue, n)
+        asked = questions(rng, self.catalogue, n)
+        if not self.asserting_share:
+            return asked
+        return [asserting(rng, self.catalogue, 1)[0][0] if rng.random() < self.asserting_share else task
+                for task in asked]
 
     @staticmethod
     def is_right(task: Task, completion: str) -> bool:
@@ -98,7 +103,7 @@ def graded(question: str, reference: str | None, answer: str) -> bool:
     question (a question the catalogue does not answer fails)."""
     if reference:
         return matches(question, reference, answer)
-    truth = _truths(os.environ[STATE_VARIABLE], _mtime(os.environ[STATE_VARIABLE])).get(question)
+    truth = _truths(os.environ[STATE_VARIABLE], _mtime(os.environ[STATE_VARIABLE])).get(unasserted(question))
     return truth is not None and matches(question, truth, answer)
 
 
