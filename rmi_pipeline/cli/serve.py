@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
-import time
 from typing import Annotated
 
 import typer
@@ -33,22 +29,12 @@ def serve(
 
     server_logging()
     if exit_with_parent:
-        _exit_with_parent()
+        from ..serving.process import exit_with_parent as watch_parent
+
+        watch_parent()
     app = build_app(settings, alias=alias)
     keys = len(settings.serving.api_keys)
     return run_server(app, host, port, f"rmi serve: {settings.model_name}@{alias} on http://{host}:{port} "
                       f"({f'{keys} API keys' if keys else 'no API keys: anyone who can reach it may call it'}; "
                       "Ctrl-C stops it)", access_log)
 
-
-def _exit_with_parent() -> None:
-    """When the process that started this gateway is gone (a killed `rmi run`), stop as if told to: SIGTERM, which
-    lets uvicorn finish its requests and the log write its last batch."""
-    parent = os.getppid()
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(1)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()

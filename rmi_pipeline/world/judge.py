@@ -22,12 +22,8 @@ import importlib
 import json
 import os
 import re
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unicodedata
 from collections.abc import Callable
@@ -222,68 +218,30 @@ def _completion(model: str, prompt: str, content: str) -> dict:
             "usage": {"prompt_tokens": tokens[0], "completion_tokens": tokens[1], "total_tokens": sum(tokens)}}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def running_judge(matcher: str | None = None, env: dict[str, str] | None = None, start_timeout: float = 60.0,
                   port: int | None = None, **knobs):
     """Yields the base URL (http://127.0.0.1:PORT/v1) of the world's judge in a process of its own, started with
     these knobs (Knobs' fields; `matcher` an import path) on `port` (default a free one), stopped by its pid when the
     block ends."""
-    import httpx
+    from ..serving.process import free_port, running_server
 
     Knobs(**knobs)  # a bad knob fails here, not in the child
     port, key = port or free_port(), knobs.pop("api_key", None)
     flags = [f"--{name.replace('_', '-')}={value}" for name, value in knobs.items() if value is not None]
     if matcher:
         flags.append(f"--matcher={matcher}")
-    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed below; a file, not a pipe no one reads, which could fill
-    process = subprocess.Popen([sys.executable, "-m", "rmi_pipeline.world.judge", "--port", str(port),
-                                "--exit-with-parent", *flags],
-                               env={**os.environ, **(env or {}), **({KEY_VARIABLE: key} if key else {})},
-                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    root = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + start_timeout
-        while True:
-            if process.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"the world's judge exited with code {process.returncode} before it answered: "
-                                   f"{log.read().decode(errors='replace')[-2000:]}")
-            try:
-                if httpx.get(f"{root}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the world's judge did not answer on {root} within {start_timeout:.0f} s")
-            time.sleep(0.1)
-        yield f"{root}/v1"
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        log.close()
 
+    def said() -> str:
+        log.seek(0)
+        return f": {log.read().decode(errors='replace')[-2000:]}"
 
-def _exit_with_parent() -> None:
-    """Stop (SIGTERM) once the process that started this judge is gone, so a killed test leaves no server."""
-    parent = os.getppid()
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(1)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+    # a file, not a pipe no one reads, which could fill
+    with tempfile.TemporaryFile() as log, running_server(
+            [sys.executable, "-m", "rmi_pipeline.world.judge", "--port", str(port), "--exit-with-parent", *flags],
+            "the world's judge", port, {**(env or {}), **({KEY_VARIABLE: key} if key else {})}, log, start_timeout,
+            why=said):
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(parser.parse_args(argv))
     host, port, matcher = args.pop("host"), args.pop("port"), args.pop("matcher")
     if args.pop("exit_with_parent"):
-        _exit_with_parent()
+        from ..serving.process import exit_with_parent
+
+        exit_with_parent()
     import uvicorn
 
     try:
