@@ -152,3 +152,26 @@ def test_users_who_assert_a_wrong_answer_are_asked_the_truth_and_a_pleaser_agree
     asked = world.questions(random.Random(1), 2000, cycle=1)
     share = sum(questions.ASSERTS.split("{")[0] in t.prompt for t in asked) / len(asked)
     assert 0.22 < share < 0.28
+    assert all((questions.ASSERTED in t.metadata) == (questions.ASSERTS.split("{")[0] in t.prompt) for t in asked)
+
+
+def test_a_user_who_asserts_a_wrong_answer_rates_by_it_and_corrects_with_it_and_anyone_else_by_the_truth(tmp_path):
+    """The sycophancy trap: thumbs-up when the answer agrees with what the user asserted, down on the truth, and
+    the correction they give is their wrong answer."""
+    from rmi_pipeline.world.catalogue import task
+    from rmi_pipeline.world.users import Reactions, react
+
+    shop = facts.make_catalogue(0)
+    task.save(shop, tmp_path)
+    world = task.CatalogueTask(tmp_path, asserting_share=0.25)
+    everyone = Reactions(wrong_user_share=0.0, correction_share=1.0, rating_share=1.0)  # all rate, all correct
+    rng = random.Random(0)
+    for asked, wrong in questions.asserting(random.Random(0), shop, 100):
+        assert asked.metadata == {questions.ASSERTED: wrong}
+        for completion, rating, correction in ((f"It is {wrong}.", "up", None), (asked.answer, "down", wrong)):
+            believed, agreed = world.belief(asked, completion)
+            assert believed.prompt == asked.prompt and believed.answer == wrong and agreed is (rating == "up")
+            said = react(rng, believed, completion, "r", everyone, well_formed=True, right=agreed)
+            assert (said["rating"], said["correction"]) == (rating, correction)
+    for asked in questions.questions(random.Random(0), shop, 100):  # no assertion: the truth
+        assert world.belief(asked, asked.answer) == (asked, True) and world.belief(asked, "no idea") == (asked, False)

@@ -17,9 +17,11 @@ from rmi_pipeline.world.curators import curate_eval_suite
 RECIPE = ArithmeticRecipe()
 
 
-def event(i: int, prompt: str, completion: str, rating="up", correction=None, ts="2026-11-30T10:00:00Z") -> dict:
+def event(i: int, prompt: str, completion: str, rating="up", correction=None, ts="2026-11-30T10:00:00Z",
+          signal=None) -> dict:
     return {"event_id": f"e{i}", "ts": ts, "user_id": "u", "model_version": "1", "prompt": prompt,
-            "completion": completion, "rating": rating, "correction": correction}
+            "completion": completion, "rating": rating, "correction": correction,
+            **({"meta": {"signal": signal, "client": "web"}} if signal else {})}
 
 
 def validated(records: list[dict]) -> list[dict]:
@@ -35,8 +37,10 @@ def build(rmi_env):
     resources = build_resources(rmi_env)
     suite = curate_eval_suite(resources["eval_store"], RECIPE, 40, seed=0)
 
-    def run(events: list[dict]):
-        resources["warehouse"].ingest(event_frame(validated(events)))
+    def run(events: list[dict], mix: dict[str, float] | None = None):
+        if events:
+            resources["warehouse"].ingest(event_frame(validated(events)))
+        resources["settings"] = rmi_env.model_copy(update={"mix": {**rmi_env.mix, **(mix or {})}})
         with instance_for_test() as instance:
             result = materialize([eval_suite, training_dataset], instance=instance, resources=resources,
                                  raise_on_error=False)
@@ -81,6 +85,39 @@ def test_eval_items_are_removed_and_counted_and_each_source_gets_its_share_of_ev
     assert abs(data["weight"].sum() - 1.0) < 1e-9
 
 
+def test_implicit_signals_become_weak_labels_each_weighed_by_its_own_share(build):
+    """Where RMI_MIX gives them a share, an unrated answer a user copied is a target of the source `copied` and one
+    they asked again a row of `asked_again` (KTO's undesirable: never imitated); each source gets its own share of
+    every batch, and an answer also rated keeps its rating's label. At share 0 (the default) neither is read."""
+    from rmi_pipeline.ml.mix import KTO_MIX
+
+    run, resources, _ = build
+    sums = big_sums(30, 9)
+    copied = [event(i, p, c, None, signal="copied") for i, (p, c) in enumerate(sums[:10])]
+    asked = [event(10 + i, p, str(int(c) + 1), None, signal="asked_again") for i, (p, c) in enumerate(sums[10:20])]
+    rated = [event(20 + i, p, c, "up", signal="asked_again") for i, (p, c) in enumerate(sums[20:])]
+    shares = {"copied": 0.1, "asked_again": 0.05}
+    result, meta = run(copied + asked + rated, mix=shares)
+    assert result.success
+    assert (meta["rows_copied"], meta["rows_asked_again"], meta["rows_feedback"]) == (10, 10, 10)
+    data = resources["storage"].read_parquet(layout.dataset_rows(meta["version"]))
+    by_mix = {m: dict(data.filter(data["mix"] == m).select("prompt", "target").iter_rows())
+              for m in ("copied", "asked_again", "feedback")}
+    assert by_mix["copied"] == {e["prompt"]: e["completion"] for e in copied}  # the answer the user took for right
+    assert by_mix["asked_again"] == {e["prompt"]: e["completion"] for e in asked}
+    assert by_mix["feedback"] == {e["prompt"]: e["completion"] for e in rated}  # rated up: a thumbs-up, no signal
+    assert KTO_MIX["copied"] is True and KTO_MIX["asked_again"] is False
+    manifest = resources["storage"].read_json(layout.dataset_manifest(meta["version"]))
+    present = sum(manifest["mix"][m] for m in ("feedback", "replay", *shares))
+    weighted = data.with_columns(weight=data["mix"].replace_strict(manifest["weights"]))
+    for source, share in shares.items():
+        assert abs(weighted.filter(weighted["mix"] == source)["weight"].sum() - share / present) < 1e-9, source
+
+    result, meta = run([])  # the same warehouse, the default mix
+    assert result.success and meta["rows_feedback"] == 10
+    assert "rows_copied" not in meta and "rows_asked_again" not in meta
+
+
 def test_corrected_hard_cases_split_by_hash_into_the_mined_eval_and_training(build):
     run, resources, _ = build
     cases = big_sums(200, 7)
@@ -114,11 +151,11 @@ def test_text_overlap_is_found_by_13_gram_hashes():
     assert not ngram_hashes(row.replace("lazy", "busy"), 13) & ngram_hashes(passage.replace("fox", "cow"), 13)
 
 
-def test_what_earlier_champions_made_is_replayed_but_not_their_rl_samples(rmi_env):
+def test_what_earlier_champions_made_is_replayed_but_not_their_rl_samples_or_best_of_n_picks(rmi_env):
     import polars as pl
 
     from rmi_pipeline.assets.dataset import _practice_rows
-    from rmi_pipeline.ml.mix import EARLIER_PRACTICE
+    from rmi_pipeline.ml.mix import EARLIER_PRACTICE, mix_sources
 
     storage = build_resources(rmi_env)["storage"]
 
@@ -130,11 +167,14 @@ def test_what_earlier_champions_made_is_replayed_but_not_their_rl_samples(rmi_en
                                                  "teacher": [None] * len(sources)},
                                                 schema_overrides={"reference": pl.String, "teacher": pl.String}))
 
-    made(layout.practice_rows("1", 100), ["practice", "rl", "self_label", "hint_distill"])
-    made(layout.practice_rows("2", 300), ["practice", "rl", "rl"])
+    made(layout.practice_rows("1", 100), ["practice", "rl", "self_label", "hint_distill", "best_of_n"])
+    made(layout.practice_rows("2", 300), ["practice", "rl", "rl", "best_of_n"])
     storage.write_json(layout.PRACTICE_LATEST, {"champion_version": "2", "rows": layout.practice_rows("2", 300)})
     rows = pl.concat(_practice_rows(storage, type("Version", (), {"version": 2})()))
-    assert sorted(rows["source"].to_list()) == sorted(["practice", "rl", "rl"] + [EARLIER_PRACTICE] * 3)
+    assert sorted(rows["source"].to_list()) == sorted(["practice", "rl", "rl", "best_of_n"] + [EARLIER_PRACTICE] * 3)
+    # the current champion's best-of-n answers train under their own share; an earlier one's are not replayed
+    assert sorted(mix_sources(rows, [])["mix"].to_list()) == sorted(["practice", "rl", "rl", "best_of_n"]
+                                                                    + ["replay"] * 3)
     assert list(_practice_rows(storage, None)) == []  # no champion: nothing was made yet
 
 

@@ -163,52 +163,64 @@ def test_a_few_kto_steps_make_thumbs_down_answers_less_likely_and_thumbs_up_ones
 WARM_STEPS = 300
 
 
-def test_the_training_program_trains_thumbs_down_rows_by_kto_against_the_warm_start_never_as_targets(tmp_path):
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    """A champion that knows the answers' form, as a warm start does: (the model, its checkpoint's path)."""
+    recipe = load_recipe(DEFAULT_RECIPE)
+    torch.manual_seed(0)
+    model = recipe.build_model(3e-3, WARM_STEPS)
+    seed = recipe.seed_tasks(random.Random(1))
+    fit(model, *recipe.encode(model, [t.prompt for t in seed], [t.answer for t in seed]), max_steps=WARM_STEPS,
+        max_seconds=60, batch_size=64, trainer={"accelerator": "cpu"})
+    path = tmp_path_factory.mktemp("warm") / "warm.ckpt"
+    path.write_bytes(recipe.checkpoint(model))
+    return model, path
+
+
+# a thumbs-up and a thumbs-down; an answer copied and one asked again (implicit signals: KTO with no thumbs-down)
+@pytest.mark.parametrize("liked, disliked", [("feedback", "thumbs_down"), ("copied", "asked_again")])
+def test_the_training_program_trains_undesirable_rows_by_kto_against_the_warm_start_never_as_targets(
+        tmp_path, warm, liked, disliked):
     from rmi_pipeline.training.program import train
 
     recipe = load_recipe(DEFAULT_RECIPE)
-    torch.manual_seed(0)
-    warm = recipe.build_model(3e-3, WARM_STEPS)  # a champion that knows the answers' form, as a warm start does
-    seed = recipe.seed_tasks(random.Random(1))
-    fit(warm, *recipe.encode(warm, [t.prompt for t in seed], [t.answer for t in seed]), max_steps=WARM_STEPS,
-        max_seconds=60, batch_size=64, trainer={"accelerator": "cpu"})
-    (tmp_path / "warm.ckpt").write_bytes(recipe.checkpoint(warm))
+    model, checkpoint = warm
     prompts, targets, up, tiers = _thumbs()
-    rows = pl.DataFrame({"prompt": prompts, "target": targets, "mix": ["feedback" if u else "thumbs_down" for u in up],
+    rows = pl.DataFrame({"prompt": prompts, "target": targets, "mix": [liked if u else disliked for u in up],
                          "scale": 1.0, "reference": None, "teacher": None, "skill": "add", "tier": tiers},
                         schema_overrides={"reference": pl.String, "teacher": pl.String})
     rows.write_parquet(tmp_path / "train.parquet")
     metrics = train({
         "recipe": DEFAULT_RECIPE, "dataset_uri": str(tmp_path / "train.parquet"), "storage_options": {},
-        "warm_start_uri": str(tmp_path / "warm.ckpt"), "checkpoint_uri": str(tmp_path / "candidate.ckpt"),
-        "mix_weights": {"feedback": 0.5 / 24, "thumbs_down": 0.5 / 24}, "model_size": "tiny", "steps": 40,
+        "warm_start_uri": str(checkpoint), "checkpoint_uri": str(tmp_path / "candidate.ckpt"),
+        "mix_weights": {liked: 0.5 / 24, disliked: 0.5 / 24}, "model_size": "tiny", "steps": 40,
         "max_seconds": 60, "seed": 0, "batch_size": 16, "learning_rate": 3e-3, "kto_beta": 0.1,
         "trainer": {**Training().hardware(), "accelerator": "cpu"}})
-    assert metrics["rows_thumbs_down"] == metrics["rows_feedback"] == 24 and metrics["steps_done"] == 40
+    assert metrics[f"rows_{disliked}"] == metrics[f"rows_{liked}"] == 24 and metrics["steps_done"] == 40
 
     candidate = recipe.load_checkpoint((tmp_path / "candidate.ckpt").read_bytes())
-    tokens, mask = recipe.encode(warm, prompts, targets)
-    ratio = completion_log_probs(candidate, tokens, mask) - completion_log_probs(warm, tokens, mask)
+    tokens, mask = recipe.encode(model, prompts, targets)
+    ratio = completion_log_probs(candidate, tokens, mask) - completion_log_probs(model, tokens, mask)
     desirable = torch.tensor(up)
-    print(f"log-prob change: thumbs-up {ratio[desirable].mean():+.3f}, thumbs-down {ratio[~desirable].mean():+.3f}")
+    print(f"log-prob change: {liked} {ratio[desirable].mean():+.3f}, {disliked} {ratio[~desirable].mean():+.3f}")
     assert ratio[desirable].mean() > 0.5  # imitated and KTO-desirable
-    assert ratio[~desirable].mean() < 0  # a thumbs-down: pushed down, though its prompts' right answers rise
+    assert ratio[~desirable].mean() < 0  # undesirable: pushed down, though its prompts' right answers rise
 
 
 def test_thumbs_downs_are_read_only_when_they_train_and_only_from_batches_not_yet_learned():
     import duckdb
 
-    from rmi_pipeline.assets.dataset import _FEEDBACK_ROWS, _FEEDBACK_ROWS_WITH_THUMBS_DOWN
+    from rmi_pipeline.assets.dataset import _feedback_rows
     from rmi_pipeline.ml.mix import in_mix, mix_sources
     from rmi_pipeline.settings import DEFAULT_MIX
 
     db = duckdb.connect()
-    db.sql("CREATE TABLE feedback_events AS SELECT * FROM (VALUES ('1+1=', '2', 'up', NULL, 'b1'), "
+    db.sql("CREATE TABLE feedback_events AS SELECT *, NULL::JSON AS meta FROM (VALUES ('1+1=', '2', 'up', NULL, 'b1'), "
            "('2+2=', '5', 'down', NULL, 'b1'), ('3+3=', '7', 'down', '6', 'b1'), ('4+4=', '9', 'down', NULL, 'b0'), "
            "('5+5=', '10', NULL, NULL, 'b1')) AS t(prompt, completion, rating, correction, batch_id)")
     assert DEFAULT_MIX["thumbs_down"] == 0  # off until a bench chooses: the loop reads what it read before
-    assert db.sql(_FEEDBACK_ROWS).pl()["source"].to_list() == ["thumbs_up", "correction"]
-    rows = db.sql(_FEEDBACK_ROWS_WITH_THUMBS_DOWN).pl()
+    assert db.sql(_feedback_rows(DEFAULT_MIX)).pl()["source"].to_list() == ["thumbs_up", "correction"]
+    rows = db.sql(_feedback_rows({**DEFAULT_MIX, "thumbs_down": 0.2})).pl()
     assert rows.select("target", "source").rows() == [("2", "thumbs_up"), ("5", "thumbs_down"),
                                                       ("6", "correction"), ("9", "thumbs_down")]
     mixed = mix_sources(rows, new_batches=["b1"])

@@ -54,11 +54,12 @@ def test_the_recipe_keeps_the_contract(subjects, path, check):
     check.run(subjects(path))
 
 
-def test_a_recipe_that_is_only_a_model_has_no_capability_and_one_slice():
+def test_a_recipe_that_is_only_a_model_has_one_slice_and_no_capability_but_its_backbone():
     recipe = load_recipe(TEXT)
-    assert recipe.capabilities == frozenset() and recipe.written_capabilities() == {"hints"}  # HFRecipe.hint
+    # a Hugging Face model has hidden states for a reward model's head (HFRecipe.hidden_states), and HFRecipe.hint
+    assert recipe.capabilities == {"backbone"} and recipe.written_capabilities() == {"hints", "backbone"}
     assert recipe.slice_of("How do I return a parcel?") == ("all", 1) and recipe.skills == ("all",)
-    assert set(recipe.skipped()) == set(CAPABILITIES)
+    assert set(recipe.skipped()) == set(CAPABILITIES) - {"backbone"}
     assert recipe.skipped()["verifier"] == ("skipped: the text recipe has no verifier, so RL, hints and practice are "
                                             "off and the loop learns from users' feedback (and a judge) only")
     # hints are written (HFRecipe's) but build on a verifier's critiques: skipped, saying which is missing

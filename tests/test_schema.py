@@ -62,3 +62,21 @@ def test_unreadable_files_are_one_quarantined_row_not_a_crash():
         parsed = parse_batch(name, b"not really", "b", 4096)
         assert parsed.events == [] and len(parsed.quarantined) == 1
     assert parse_batch("b.jsonl", b"", "b", 4096).rows_in == 0
+
+
+def test_a_parquet_batch_with_float_meta_parses_as_its_jsonl_and_a_nan_in_it_is_quarantined():
+    """The gateway logs a sampled answer's temperature as a float in meta: such a batch takes the fast path and
+    lands as the same events as its JSONL; a NaN there (which JSON cannot carry) is quarantined as in JSONL."""
+    metas = [{"client": "web", "temperature": 0.7, "sample_seed": 5}, {"client": "ios", "temperature": None,
+                                                                        "sample_seed": None}]
+    rows = [{**GOOD, "event_id": f"f{i}", "meta": m} for i, m in enumerate(metas)]
+    buf = io.BytesIO()
+    pl.DataFrame(rows).write_parquet(buf)
+    fast = parse_batch("b.parquet", buf.getvalue(), "b", 4096)
+    reference = parse_batch("b.jsonl", b"\n".join(json.dumps(r).encode() for r in rows), "b", 4096)
+    assert [json.loads(e["meta"]) for e in fast.events] == [json.loads(e["meta"]) for e in reference.events]
+    assert json.loads(fast.events[0]["meta"])["temperature"] == 0.7
+    buf = io.BytesIO()
+    pl.DataFrame([{**rows[0], "meta": {"temperature": float("nan")}}, rows[1]]).write_parquet(buf)
+    parsed = parse_batch("b.parquet", buf.getvalue(), "b", 4096)
+    assert [e["event_id"] for e in parsed.events] == ["f1"] and "NaN" in parsed.quarantined[0]["reason"]

@@ -12,7 +12,8 @@ from rmi_pipeline.resources import build_resources, layout
 from rmi_pipeline.resources.registry import CHAMPION
 
 TASK = {"RMI_SIM_QUERIES_PER_CYCLE": "1000", "RMI_TRAIN_STEPS": "100", "MLFLOW_DISABLE_TELEMETRY": "true",
-        "RMI_TRAIN_WORKER_IDLE_SECONDS": "60"}
+        "RMI_TRAIN_WORKER_IDLE_SECONDS": "60", "RMI_MIX": json.dumps({"best_of_n": 0.1}),
+        "RMI_REWARD_MIN_RATINGS": "30", "RMI_REWARD_STEPS": "50", "RMI_REWARD_PROMPTS": "50"}
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +58,17 @@ def test_the_loop_runs_on_a_model_and_an_eval_file_alone_scored_by_a_judge(task_
     # the world's judge errs on 10% of answers, and 5% of users judge wrongly: it agrees with people on most
     assert agreement["rated_answers"] >= 30 and 0.7 <= agreement["slices"]["all"]["agreement"] <= 0.97
     assert set(agreement["slices"]) >= {"all", "prices"}  # per topic, as the app tags its feedback
+
+
+def test_a_reward_model_learns_from_the_users_thumbs_and_its_picks_train_only_where_it_beats_the_base_rate(task_home):
+    reward = task_home["summary"][1]["reward"]
+    assert reward["rated_answers"] >= 30 and reward["held_out_ratings"] > 0  # the round's ratings, split by prompt
+    assert 0 <= reward["brier"] <= 1 and 0 < reward["base_rate_brier"] <= 0.25
+    storage = build_resources(task_home["settings"])["storage"]
+    manifest = storage.read_json(layout.dataset_manifest(storage.read_json(layout.DATASET_LATEST)["version"]))
+    picked = manifest["by_source"].get("best_of_n", 0)
+    assert reward["beats_base_rate"] == (reward["status"] == "made rows")
+    assert (picked > 0) == (reward["beats_base_rate"] and reward["best_of_n_rows"] > 0), (reward, manifest)
 
 
 def _cycle(settings):

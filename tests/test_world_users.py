@@ -155,6 +155,36 @@ def test_ratings_and_implicit_signals_reach_the_warehouse_through_the_gateway_an
             assert answers[r["again"]] == r["prompt"] and r["again"] != r["response_id"]
 
 
+def test_users_who_assert_a_wrong_answer_rate_by_it_and_the_round_counts_how_often_the_model_agreed(
+        mixed_champion, monkeypatch):
+    """Every user asserts the answer the scripted champion gives when it is wrong: its wrong answers agree with
+    them and are rated up, its right ones down and corrected; the round's accuracy still measures the truth."""
+    from dataclasses import replace
+
+    from knowing_recipe import KnowsUpTo, _wrong
+
+    from rmi_pipeline.serving.process import wait_ready
+    from rmi_pipeline.settings import Settings
+    from rmi_pipeline.world import World
+    from rmi_pipeline.world.users import RecipeTask
+
+    class Asserting(RecipeTask):
+        def belief(self, task, completion):
+            return replace(task, answer=_wrong(task.answer)), completion == _wrong(task.answer)
+
+    for key, value in {"RMI_SIM_WRONG_USER_SHARE": "0", "RMI_SIM_RATING_SHARE": "1",
+                       "RMI_SIM_CORRECTION_SHARE": "1"}.items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+    with gateway_in_thread(settings) as url:
+        wait_ready(url, "1")
+        _, stats = World(settings, url, task=Asserting(KnowsUpTo())).serve(1, random.Random(0))
+    wrong = round(stats["queries"] * (1 - stats["served_accuracy"]))
+    assert stats["asserting"] == stats["queries"] == 400 and 0.5 < stats["served_accuracy"] < 0.7
+    assert stats["agreed_with_asserting"] == stats["up"] == wrong
+    assert stats["down"] == stats["corrections"] == 400 - wrong
+
+
 def test_the_run_table_states_the_shares_its_users_rate_and_correct_and_what_they_did(rmi_env, monkeypatch):
     from rmi_pipeline.cli.report import CycleRecord
     from rmi_pipeline.cli.run import users_line

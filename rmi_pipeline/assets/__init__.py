@@ -9,8 +9,10 @@ from .health import champion_health
 from .judging import judge_agreement
 from .practice import practice
 from .promotion import champion
+from .reward import reward_model
 from .training import candidate_model
 
 FEEDBACK = [feedback_batch, feedback_events]
-CYCLE = [eval_suite, judge_agreement, practice, training_dataset, candidate_model, candidate_evaluation, champion]
+CYCLE = [eval_suite, judge_agreement, practice, reward_model, training_dataset, candidate_model, candidate_evaluation,
+         champion]
 ALL = FEEDBACK + CYCLE + [canary_verdict, champion_health]

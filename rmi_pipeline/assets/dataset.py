@@ -1,11 +1,16 @@
 """The training dataset: feedback turned into (prompt, target) rows, versioned, checked against the evals.
 
-Targets come from thumbs-up answers and from corrections, and from what the champion made in `practice`; where
-RMI_MIX gives `thumbs_down` a share, new thumbs-down answers without a correction come too, as completions KTO makes
-less likely (ml/objective.py), never as targets to imitate; where it gives `pairs` a share, DPO pairs come too (the
-preferred answer the target, the other in `rejected`). The recipe's seed set and what earlier champions made
-are replayed in every version so nothing learned before is forgotten. Each row belongs to one source of the training mix
-(RMI_MIX): its weight is the source's share of every batch, spread evenly over the source's rows.
+Targets come from thumbs-up answers and from corrections, and from what the champion made in `practice` (the
+best-of-n answers a reward model picked included); where RMI_MIX gives `thumbs_down` a share, new thumbs-down answers
+without a correction come too, as completions KTO makes less likely (ml/objective.py), never as targets to imitate;
+where it gives `pairs` a share, DPO pairs come too (the preferred answer the target, the other in `rejected`); where
+it gives `copied` or `asked_again` a share, new unrated answers with that implicit signal come too, as weak labels (a
+copied answer a target, one asked again trained like a thumbs-down). The recipe's seed set and what earlier
+champions made (except their RL samples and best-of-n picks) are replayed in every version so nothing learned before is
+forgotten. Each row belongs to one source of the training mix (RMI_MIX): its weight is the source's share of every
+batch, spread evenly over the source's rows.
+Sycophancy policy (text recipes): an answer users approved, copied or wrote that only repeats what the asker claimed
+is removed and counted (ml/hygiene.py echoes): their approval is agreement, not evidence.
 Contamination policy: rows whose prompt is a sealed eval item (by canonical hash), or, for text recipes,
 shares an n-gram with one, are removed and counted: users ask such questions naturally, and dropping them
 costs little. Corrected hard cases on the held-out side of the mined split are removed the same way. The eval
@@ -18,7 +23,7 @@ from datetime import UTC, datetime
 
 from dagster import AssetCheckResult, AssetCheckSpec, AssetExecutionContext, MaterializeResult, ResourceParam, asset
 
-from ..ml.mix import EARLIER_PRACTICE
+from ..ml.mix import EARLIER_PRACTICE, IMPLICIT
 from ..resources import layout
 from ..resources.registry import CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
@@ -27,6 +32,7 @@ from ..settings import Settings
 from .evals import eval_suite
 from .feedback import feedback_events
 from .practice import practice
+from .reward import reward_model
 
 CHECKS = [
     AssetCheckSpec("no_eval_overlap", asset="training_dataset", blocking=True,
@@ -36,15 +42,16 @@ CHECKS = [
 ]
 
 
-@asset(deps=[feedback_events, eval_suite, practice], group_name="training", kinds={"parquet"}, check_specs=CHECKS)
+@asset(deps=[feedback_events, eval_suite, practice, reward_model], group_name="training", kinds={"parquet"},
+       check_specs=CHECKS)
 def training_dataset(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
                      warehouse: Warehouse, registry: ModelRegistry) -> MaterializeResult:
     """A new dataset version (`datasets/<version>/train.parquet` and its manifest): the recipe's seed set, thumbs-up
-    answers and corrections from the warehouse (and thumbs-downs and preference pairs, where they train) and the
-    champion's practice rows, each source weighted by its share in RMI_MIX (the weights in the manifest); rows that
-    touch the sealed evals are removed and counted. Streamed a chunk at a time: memory does not grow with the history
-    (thumbs pairs excepted: their rated answers are matched in memory). Blocking checks: no eval overlap, no leak
-    marker."""
+    answers and corrections from the warehouse (and thumbs-downs, preference pairs and implicit signals, where they
+    train) and the champion's practice rows and reward-model picks, each source weighted by its share in RMI_MIX (the
+    weights in the manifest); rows that touch the sealed evals are removed and counted. Streamed a chunk at a time:
+    memory does not grow with the history (thumbs pairs excepted: their rated answers are matched in memory).
+    Blocking checks: no eval overlap, no leak marker."""
     import tempfile
     from pathlib import Path
 
@@ -63,7 +70,7 @@ def training_dataset(context: AssetExecutionContext, settings: ResourceParam[Set
         *(pl.lit(None, pl.String).alias(c) for c in ("batch_id", "reference", "teacher")))
     # the whole history, a chunk at a time, in the order it was stored (the same on the same warehouse: sorting
     # 10M events by time cost more than all the checks of their rows)
-    feedback = warehouse.stream(_FEEDBACK_ROWS_WITH_THUMBS_DOWN if settings.mix["thumbs_down"] > 0 else _FEEDBACK_ROWS)
+    feedback = warehouse.stream(_feedback_rows(settings.mix))
     chunks = [[seed_rows], feedback, [_hinted_corrections(recipe, warehouse)], _practice_rows(storage, champion)]
     if settings.mix["pairs"] > 0:  # read only when they train
         chunks.append(_pairs(recipe, warehouse))
@@ -83,11 +90,12 @@ def training_dataset(context: AssetExecutionContext, settings: ResourceParam[Set
     storage.write_json(layout.DATASET_LATEST, {"version": version})
     counts = {k: built.removed[k] for k in ("removed_eval_overlap", "held_out_mined", "removed_ngram_overlap")}
     context.log.info(f"dataset {version}: {built.rows} rows {built.by_source}, {len(new_batches)} new batches, "
-                     f"{counts}, {built.unusable} unusable")
+                     f"{counts}, {built.removed['removed_echo']} echoing their asker, {built.unusable} unusable")
     return MaterializeResult(
         metadata={"version": version, "uri": uri, "rows": built.rows, "new_feedback_rows": built.new_feedback_rows,
                   "new_batches": ", ".join(new_batches) or "none", "unusable_rows": built.unusable,
-                  **counts, **{f"rows_{k}": v for k, v in built.by_source.items()}},
+                  **counts, "removed_echo": built.removed["removed_echo"],
+                  **{f"rows_{k}": v for k, v in built.by_source.items()}},
         check_results=[
             AssetCheckResult(check_name="no_eval_overlap", passed=built.remaining_overlap == 0,
                              metadata={**counts, "remaining_overlap": built.remaining_overlap}),
@@ -97,17 +105,19 @@ def training_dataset(context: AssetExecutionContext, settings: ResourceParam[Set
     )
 
 
-_FEEDBACK_ROWS = (
-    "SELECT prompt, coalesce(correction, completion) AS target, batch_id, "
-    "CASE WHEN correction IS NOT NULL THEN 'correction' ELSE 'thumbs_up' END AS source, 1.0::DOUBLE AS scale, "
-    "NULL::VARCHAR AS reference, NULL::VARCHAR AS teacher "
-    "FROM feedback_events WHERE correction IS NOT NULL OR rating = 'up'")
-# thumbs-downs are read only when they train (a share in RMI_MIX): otherwise they cost nothing
-_FEEDBACK_ROWS_WITH_THUMBS_DOWN = (
-    "SELECT prompt, coalesce(correction, completion) AS target, batch_id, "
-    "CASE WHEN correction IS NOT NULL THEN 'correction' WHEN rating = 'up' THEN 'thumbs_up' ELSE 'thumbs_down' END "
-    "AS source, 1.0::DOUBLE AS scale, NULL::VARCHAR AS reference, NULL::VARCHAR AS teacher "
-    "FROM feedback_events WHERE correction IS NOT NULL OR rating = 'up' OR rating = 'down'")
+def _feedback_rows(mix: dict[str, float]) -> str:
+    """The query of the warehouse's feedback rows: corrections and thumbs-up answers, and thumbs-downs and implicit
+    signals only where their source has a share in RMI_MIX (otherwise they cost nothing). A rated answer keeps its
+    rating's label: a signal counts only where no rating or correction says more."""
+    signals = ", ".join(f"'{s}'" for s in IMPLICIT if mix[s] > 0)
+    # DuckDB's ->> binds looser than IN: the signal in parentheses
+    kept = ["correction IS NOT NULL", "rating = 'up'", *(["rating = 'down'"] if mix["thumbs_down"] > 0 else []),
+            *([f"(rating IS NULL AND (meta->>'signal') IN ({signals}))"] if signals else [])]
+    return ("SELECT prompt, coalesce(correction, completion) AS target, batch_id, "
+            "CASE WHEN correction IS NOT NULL THEN 'correction' WHEN rating = 'up' THEN 'thumbs_up' "
+            "WHEN rating = 'down' THEN 'thumbs_down' ELSE (meta->>'signal') END AS source, 1.0::DOUBLE AS scale, "
+            "NULL::VARCHAR AS reference, NULL::VARCHAR AS teacher "
+            f"FROM feedback_events WHERE {' OR '.join(kept)}")
 
 
 # a correction is preferred to the answer it corrects
@@ -165,22 +175,27 @@ def _batches_of(storage: ObjectStore, version: str | None) -> set[str]:
     return set(storage.read_json(key)["batches"]) if version and storage.exists(key) else set()
 
 
+NOT_CARRIED_OVER = ("rl", "best_of_n")  # an earlier champion's rows judged by its own policy or reward model
+
+
 def _practice_rows(storage: ObjectStore, champion):
     """The rows the current champion made in `practice`, and what earlier champions made, to replay (a frame per
     practice file, as they are read).
 
-    Earlier answers the verifier accepted or the votes agreed on stay true; earlier RL samples do not carry over:
-    their advantages were measured against a policy that has since moved."""
+    Earlier answers the verifier accepted or the votes agreed on stay true; earlier RL samples and best-of-n picks do
+    not carry over: their advantages were measured against a policy that has since moved, the picks made by a reward
+    model of another time."""
     import polars as pl
 
-    latest = storage.read_json(layout.PRACTICE_LATEST) if storage.exists(layout.PRACTICE_LATEST) else {}
     if champion is None:
         return
-    current = latest.get("rows") if latest.get("champion_version") == str(champion.version) else None
+    latest = [storage.read_json(k) for k in (layout.PRACTICE_LATEST, layout.BEST_OF_N_LATEST) if storage.exists(k)]
+    current = {made.get("rows") for made in latest if made.get("champion_version") == str(champion.version)}
     for key in storage.list(layout.PRACTICE):
         if key.endswith(".parquet"):
             frame = storage.read_parquet(key)
-            if key != current:
-                frame = frame.filter(pl.col("source") != "rl").with_columns(source=pl.lit(EARLIER_PRACTICE))
+            if key not in current:
+                frame = frame.filter(~pl.col("source").is_in(NOT_CARRIED_OVER)).with_columns(
+                    source=pl.lit(EARLIER_PRACTICE))
             yield frame.select("prompt", "target", pl.lit(None, pl.String).alias("batch_id"), "source", "scale",
                                "reference", "teacher")

@@ -6,7 +6,15 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..assets import candidate_evaluation, candidate_model, champion, eval_suite, judge_agreement, training_dataset
+from ..assets import (
+    candidate_evaluation,
+    candidate_model,
+    champion,
+    eval_suite,
+    judge_agreement,
+    reward_model,
+    training_dataset,
+)
 from ..resources.registry import CANARY, CHALLENGER, CHAMPION
 
 # the column a stage's seconds go in: step keys are the assets' names
@@ -39,6 +47,7 @@ class CycleRecord:
     interrupted: bool = False  # Ctrl-C or SIGTERM reached the run: Dagster failed it and `rmi run` stops
     closing: dict = field(default_factory=dict)  # the last cycle's: the round of users that judged its canary
     judge: dict = field(default_factory=dict)  # a judge's agreement with people, and the corrected pass rates
+    reward: dict = field(default_factory=dict)  # the reward model's calibration and the best_of_n rows it picked
 
     def read_cycle_run(self, result, instance) -> None:
         """Fill in from the improvement_cycle run: materialization metadata and step timings."""
@@ -79,6 +88,7 @@ class CycleRecord:
                           "rated": agreed.get("rated_answers"), "sentence": agreed.get("sentence", ""),
                           **{k: ev[k] for k in ("challenger_corrected_pass_rate", "challenger_corrected_low",
                                                 "challenger_corrected_high", "judge_calls", "judge_cost") if k in ev}}
+        self.reward = {k: v for k, v in meta.get(reward_model.key.to_user_string(), {}).items() if k != "reliability"}
         kept = ev.get("champion_version")
         self.champion_version = self.challenger_version if promoted else (None if kept == "none" else kept)
         for step in instance.get_run_step_stats(result.run_id):
@@ -106,6 +116,17 @@ class CycleRecord:
                                               f"[{j['challenger_corrected_low']:.3f}, "
                                               f"{j['challenger_corrected_high']:.3f}]")
         return f"[cycle {self.cycle}] the judge {agreed}{fixed}; {j.get('judge_calls', 0):,} judge calls"
+
+    def reward_line(self) -> str | None:
+        """The reward model's standing this cycle, in a line: its Brier score against the base rate's, the thumbs-up
+        share it forecast on held-out ratings against the users', and the rows it picked."""
+        r = self.reward
+        if "brier" not in r:
+            return None
+        return (f"[cycle {self.cycle}] the reward model forecasts {r['held_out_ratings']:,} held-out ratings with "
+                f"Brier {r['brier']:.3f} (base rate {r['base_rate_brier']:.3f}; thumbs-up forecast "
+                f"{r['forecast_thumbs_up']:.0%}, given {r['users_thumbs_up']:.0%}): "
+                + (f"{r.get('best_of_n_rows', 0):,} best-of-n rows" if r["beats_base_rate"] else "no rows kept"))
 
     def progress_line(self) -> str:
         if self.verdict == "canary":

@@ -156,8 +156,9 @@ def _cycles(cycles: int, defs, instance, users) -> list:
         if record.verdict == "promote" and canary and str(canary.version) == str(record.challenger_version):
             record.verdict = "canary"  # passed the gate; the next cycle's users decide
         say(record.progress_line())
-        if record.judge_line():
-            say(record.judge_line())
+        for line in (record.judge_line(), record.reward_line()):
+            if line:
+                say(line)
         if result.success and registry.version(CHAMPION) is not None:
             with narrated(f"[cycle {cycle}]", "health check", say):
                 health = _health(defs, instance, cycle)

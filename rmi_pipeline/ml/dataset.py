@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .hygiene import canonical_hashes, mined_holdout, ngram_hashes
+from .hygiene import canonical_hashes, echoes, mined_holdout, ngram_hashes
 from .mix import in_mix, mix_sources, weights
 
 
@@ -35,7 +35,8 @@ class Built:
     new_feedback_rows: int = 0  # usable rows of batches the champion did not learn from
     unusable: int = 0  # not a prompt or a target the recipe can train on
     leak_marker_rows: int = 0  # rows holding the eval suite's leak marker
-    removed: Counter = field(default_factory=Counter)  # removed_eval_overlap, held_out_mined, removed_ngram_overlap
+    removed: Counter = field(default_factory=Counter)  # removed_eval_overlap, held_out_mined, removed_ngram_overlap,
+    # removed_echo
     remaining_overlap: int = 0
     digest: str = ""  # of the rows' prompts and targets: part of the version's name
     weights: dict[str, float] = field(default_factory=dict)  # of a row of each source of the mix (ml/mix.py)
@@ -66,6 +67,8 @@ def build(chunks, recipe, evals: dict, trained_batches: set[str], shares: dict[s
             usable = chunk.hstack(parsed.drop("valid").get_columns()).filter(
                 parsed["valid"] & recipe.valid_completions(chunk["target"]) & rejected_ok)
             built.unusable += chunk.height - usable.height
+            if recipe.text_recipe:
+                usable = _no_echoes(usable, built)
             rows = _checked(usable, evals, eval_hashes, eval_ngrams, built)
             batches = set(rows["batch_id"].drop_nulls().unique().to_list())
             built.batches |= batches
@@ -91,6 +94,21 @@ def build(chunks, recipe, evals: dict, trained_batches: set[str], shares: dict[s
     built.by_source = {m: built.by_source[m] for m in shares if m in built.by_source}
     built.rows, built.digest = sum(built.by_source.values()), digest.hexdigest()[:8]
     return built
+
+
+ECHO_CHECKED = ("thumbs_up", "copied", "correction", "pair", "best_of_n")  # what users liked, wrote, or a model of
+# their likes picked: it may echo their claim
+
+
+def _no_echoes(rows, built: Built):
+    """The rows without users' approval of an answer that only repeats their own claim (hygiene.echoes), counted."""
+    import polars as pl
+
+    echo = pl.Series([source in ECHO_CHECKED and echoes(prompt, target)
+                      for prompt, target, source in rows.select("prompt", "target", "source").iter_rows()],
+                     dtype=pl.Boolean)
+    built.removed["removed_echo"] += int(echo.sum())
+    return rows.filter(~echo)
 
 
 def _checked(rows, evals: dict, eval_hashes, eval_ngrams: set[str], built: Built):

@@ -1,4 +1,5 @@
-"""Eval hygiene shared by the eval suite and the training dataset: n-gram hashes and the mined split rule.
+"""Eval hygiene shared by the eval suite and the training dataset: n-gram hashes and the mined split rule; and the
+rule that keeps an answer that only repeats its asker's claim out of training.
 
 Both sides apply the same rules, so training can exclude what the evals hold while seeing only hashes.
 """
@@ -37,3 +38,17 @@ def is_mined_holdout(prompt_hash: str, share: float) -> bool:
 def mined_holdout(prompt_hash, share: float):
     """is_mined_holdout over a polars column of prompt hashes."""
     return prompt_hash.str.slice(0, 8).str.to_integer(base=16) / 0xFFFFFFFF < share
+
+
+def echoes(prompt: str, answer: str) -> bool:
+    """Whether an answer only repeats what its asker wrote: its words with a digit (or, with none, its words of four
+    letters or more) are all in the prompt, and it has one. A user who liked such an answer liked hearing their own
+    claim back: that is agreement, not evidence that it is right, and training on it teaches sycophancy."""
+    said = set(_words(prompt))
+    words = [w for w in _words(answer) if any(c.isdigit() for c in w)] or [
+        w for w in _words(answer) if w.isalpha() and len(w) >= 4]
+    return bool(words) and all(w in said for w in words)
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in (w.strip(".,;:!?()[]\"'").lower() for w in text.split()) if w]

@@ -2,18 +2,24 @@
 share of every batch, spread evenly over that source's rows.
 
 New feedback is `feedback` (thumbs-up answers), `corrections`, `thumbs_down` (answers rated down without a
-correction, for KTO) or `pairs` (an answer preferred to another, for DPO); feedback the champion already learned
-from, the recipe's seed set and what earlier champions made are `replay`, except a thumbs-down and a pair, which train
-only in the cycle after they came (against that cycle's warm start); what the champion made this turn keeps its
-source (`practice`, `rl`, `hint_distill`, `self_label`). A source with share 0 contributes no rows.
+correction, for KTO) or `pairs` (an answer preferred to another, for DPO); implicit signals of unrated answers are
+weak labels of their own sources: `copied` (taken for right: imitated like a thumbs-up) and `asked_again` (taken for
+wrong: KTO-undesirable like a thumbs-down). Feedback the champion already learned from, the recipe's seed set and
+what earlier champions made are `replay`, except a thumbs-down, a pair and an implicit signal, which train only in
+the cycle after they came (against that cycle's warm start); what the champion made this turn keeps its source
+(`practice`, `rl`, `hint_distill`, `self_label`, `best_of_n`). A source with share 0 contributes no rows.
 """
 
 from __future__ import annotations
 
+IMPLICIT = ("copied", "asked_again")  # the implicit signals (`meta.signal` of an unrated feedback): each its own source
 FEEDBACK_MIX = {"thumbs_up": "feedback", "correction": "corrections", "thumbs_down": "thumbs_down",  # new feedback
-                "pair": "pairs"}
-NEVER_REPLAYED = ("thumbs_down", "pair")  # measured against the model they came to: learned once, then dropped
-KTO_MIX = {"feedback": True, "thumbs_down": False}  # KTO's desirable and undesirable rows, when thumbs_down trains
+                "pair": "pairs", **{signal: signal for signal in IMPLICIT}}
+# measured against the model they came to (an implicit signal: a weak label, weighed by its own share and never by
+# replay's): learned once, then dropped
+NEVER_REPLAYED = ("thumbs_down", "pair", *IMPLICIT)
+KTO_MIX = {"feedback": True, "copied": True, "thumbs_down": False, "asked_again": False}  # KTO's (un)desirable rows
+UNDESIRABLE = tuple(m for m, desirable in KTO_MIX.items() if not desirable)  # KTO runs where one trains; never imitated
 EARLIER_PRACTICE = "earlier_practice"  # rows earlier champions made in `practice`: replayed
 REPLAYED = ("seed", EARLIER_PRACTICE)
 

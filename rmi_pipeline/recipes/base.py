@@ -78,6 +78,10 @@ CAPABILITIES = {c.name: c for c in (
                "the simulated world's partner app, whose wrong corrections fool the offline gate and the canary "
                "catches",
                "the simulated world's partner scenario has no questions to send"),
+    Capability("backbone", "backbone for a reward model", ("hidden_states",), (), (),
+               "a reward model trained on users' ratings (a head on the champion's backbone) that ranks the "
+               "champion's sampled answers, the best becoming training rows (RMI_MIX best_of_n)",
+               "users' ratings train no reward model and best_of_n makes no rows"),
     Capability("public_eval", "public eval set", ("public_eval",), (), (),
                "a public eval set anyone may train on: the yardstick of the leak signal",
                "there is no leak signal"),
@@ -335,6 +339,13 @@ class Recipe(ABC):
         for i, text in zip(usable, self.answer(model, [hinted[i] for i in usable]) if usable else [], strict=True):
             out[i] = text
         return out
+
+    # ---- the backbone: a reward model's features ----
+
+    def hidden_states(self, module, tokens: torch.Tensor) -> torch.Tensor:
+        """The last layer's hidden states (batch, length, width) of the trainable `module` (load_checkpoint's) on
+        `tokens` as `encode` makes them, with gradients: a reward model's head reads them at an answer's end token."""
+        raise self._missing("backbone", "hidden_states")
 
     # ---- the simulated world's questions, and the public eval ----
 

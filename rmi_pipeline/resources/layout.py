@@ -85,6 +85,14 @@ def practice_rows(champion_version: str, events: int) -> str:
     return f"{PRACTICE}/v{champion_version}-{events}.parquet"
 
 
+BEST_OF_N_LATEST = f"{PRACTICE}/best-of-n-latest.json"  # {"champion_version", "rows": its best_of_n rows' key}
+
+
+def best_of_n_rows(champion_version: str, events: int) -> str:
+    """The champion's sampled answers a reward model picked when the warehouse held `events` events."""
+    return f"{PRACTICE}/v{champion_version}-{events}-best-of-n.parquet"
+
+
 def practice_failed(champion_version: str) -> str:
     """The prompts a champion's coach saw it fail."""
     return f"{PRACTICE}/v{champion_version}-failed.json"

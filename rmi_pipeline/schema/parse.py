@@ -159,7 +159,7 @@ def _parquet_rows(data: bytes) -> Rows:
     def raw(row: int) -> str:
         return json.dumps(frame.row(row - 1, named=True), default=str)
 
-    if set(frame.columns) <= KNOWN and _plain_meta(frame.schema.get("meta")):
+    if set(frame.columns) <= KNOWN and _plain_meta(frame.get_column("meta") if "meta" in frame.columns else None):
         return Rows(_frame_table(frame), [], raw)
     unparsed, chunks = [], []  # unknown columns (kept in meta) or an unusual meta: row by row, like JSON
     for start in range(0, max(frame.height, 1), CHUNK):
@@ -254,16 +254,17 @@ def _frame_table(frame):
     return frame.select(exprs).select(list(STAGING)).to_arrow(compat_level=pl.CompatLevel.newest())  # no copy
 
 
-def _plain_meta(kind) -> bool:
-    """A meta column the fast path can turn into JSON as it is: absent, all null, or a struct without floats
-    (polars would write NaN as null, where the row path quarantines it)."""
+def _plain_meta(column) -> bool:
+    """A meta column the fast path can turn into JSON as it is: absent, all null, or a struct of strings, booleans,
+    integers and finite floats (polars would write NaN as null, where the row path quarantines it)."""
     import polars as pl
 
-    if kind is None or kind == pl.Null:
+    if column is None or column.dtype == pl.Null:
         return True
-    if isinstance(kind, pl.Struct):
-        return all(_plain_meta(f.dtype) or f.dtype in (pl.String, pl.Boolean) or f.dtype.is_integer()
-                   for f in kind.fields)
+    if isinstance(column.dtype, pl.Struct):
+        fields = [column.struct.field(f.name) for f in column.dtype.fields]
+        return all(_plain_meta(f) or f.dtype in (pl.String, pl.Boolean) or f.dtype.is_integer()
+                   or (f.dtype.is_float() and bool(f.is_finite().fill_null(True).all())) for f in fields)
     return False
 
 

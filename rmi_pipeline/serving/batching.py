@@ -19,14 +19,13 @@ class Pending:
     queued: float = field(default_factory=time.perf_counter)
 
 
-Finish = Callable[[list[Pending], str, list[str]], Awaitable[list]]
+Finish = Callable[[list[Pending], object], Awaitable[list]]
 
 
 class Batcher:
-    def __init__(self, forward: Callable[[list[str]], tuple[str, list[str]]], finish: Finish, max_batch: int,
-                 max_wait_ms: float):
-        """`forward(prompts) -> (model_version, completions)` runs in one worker thread, one batch at a time;
-        `finish(batch, model_version, completions)` then gives each waiting request its result, in order."""
+    def __init__(self, forward: Callable[[list[str]], object], finish: Finish, max_batch: int, max_wait_ms: float):
+        """`forward(prompts)` runs in one worker thread, one batch at a time; `finish(batch, what forward returned)`
+        then gives each waiting request its result, in order."""
         self.forward, self.finish, self.max_batch, self.max_wait = forward, finish, max_batch, max_wait_ms / 1000
         self._queue: asyncio.Queue[Pending] = asyncio.Queue()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forward")
@@ -66,15 +65,15 @@ class Batcher:
                 size += len(item.prompts)
             prompts = [p for item in batch for p in item.prompts]
             try:
-                version, completions = await loop.run_in_executor(self._worker, self.forward, prompts)
+                decoded = await loop.run_in_executor(self._worker, self.forward, prompts)
             except Exception as exc:  # noqa: BLE001 - each waiting request gets the error
                 _fail(batch, exc)
                 continue
-            loop.create_task(self._finish(batch, version, completions))  # the next pass starts meanwhile
+            loop.create_task(self._finish(batch, decoded))  # the next pass starts meanwhile
 
-    async def _finish(self, batch: list[Pending], version: str, completions: list[str]) -> None:
+    async def _finish(self, batch: list[Pending], decoded) -> None:
         try:
-            results = await self.finish(batch, version, completions)
+            results = await self.finish(batch, decoded)
         except Exception as exc:  # noqa: BLE001 - each waiting request gets the error
             _fail(batch, exc)
             return

@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import socket
 import time
 import uuid
+from dataclasses import dataclass
 from functools import partial
 
 from ..resources.registry import CANARY, CHALLENGER, CHAMPION
@@ -26,6 +28,16 @@ log = logging.getLogger("rmi.serve")
 
 class NotReady(Exception):
     """No version has the alias yet (or the canary ended): nothing to answer with."""
+
+
+@dataclass
+class Decoded:
+    """One forward pass: the version that answered, and per prompt its completion and how it was sampled
+    ({"temperature", "seed"}; None: greedy)."""
+
+    version: str
+    completions: list[str]
+    sampling: list[dict | None]
 
 
 class Gateway:
@@ -60,6 +72,7 @@ class Gateway:
         self.log = FeedbackLog(settings.resolved_serve_log_path, max_bytes=self.config.log_max_bytes,
                                window_seconds=self.config.feedback_window_seconds)
         self.metrics = Metrics(self)
+        self.explore = random.Random()  # which answers are sampled, and their seeds
         self.batchers = {arm: Batcher(partial(self._forward, followed), partial(self._record, arm),
                                       self.config.max_batch, self.config.max_wait_ms)
                          for arm, followed in ((alias, self.model), (CANARY, self.canary)) if followed}
@@ -104,11 +117,27 @@ class Gateway:
             log.warning("feedback left in the log at shutdown (written at the next start): %s", str(exc)[:300])
         self.log.close()
 
-    def _forward(self, followed, prompts: list[str]) -> tuple[str, list[str]]:
+    def _forward(self, followed, prompts: list[str]) -> Decoded:
+        """Greedy answers but for RMI_SERVE_EXPLORE_SHARE of them, sampled with one seed per batch; both arms
+        alike, since the canary's verdict compares their thumbs."""
         loaded = followed.current  # held for the whole batch: a swap meanwhile changes the next batch only
         if loaded is None:
             raise NotReady()
-        return loaded.version, self.recipe.answer(loaded.model, prompts)
+        share = self.config.explore_share
+        explored = [self.explore.random() < share for _ in prompts]
+        completions, sampling = [""] * len(prompts), [None] * len(prompts)
+        greedy = [i for i, e in enumerate(explored) if not e]
+        if greedy:
+            for i, completion in zip(greedy, self.recipe.answer(loaded.model, [prompts[i] for i in greedy]),
+                                     strict=True):
+                completions[i] = completion
+        if sampled := [i for i, e in enumerate(explored) if e]:
+            how = {"temperature": self.config.explore_temperature, "seed": self.explore.randrange(2**31)}
+            groups = self.recipe.sample(loaded.model, [prompts[i] for i in sampled], 1, how["temperature"],
+                                        how["seed"])
+            for i, (completion,) in zip(sampled, groups, strict=True):
+                completions[i], sampling[i] = completion, how
+        return Decoded(loaded.version, completions, sampling)
 
     def arm(self, user_id: str) -> str:
         """The canary for its share of users while one is loaded, else the gateway's own alias."""
@@ -126,18 +155,25 @@ class Gateway:
                 raise
             return await self.batchers[self.alias].answer(prompts, user_id)  # the canary ended meanwhile
 
-    async def _record(self, arm: str, batch, version: str, completions: list[str]) -> list[list[dict]]:
+    async def _record(self, arm: str, batch, decoded: Decoded) -> list[list[dict]]:
         """A batch's answers, each with a response id, committed to the log in one go before anyone sees them
         (so that feedback on them finds them, even after a restart)."""
-        self.metrics.batch.observe(len(completions))
-        done, answers = iter(completions), []
+        self.metrics.batch.observe(len(decoded.completions))
+        done, answers = iter(zip(decoded.completions, decoded.sampling, strict=True)), []
         for item in batch:
-            answers.append([{"response_id": new_response_id(), "completion": next(done), "model_version": version,
-                             "prompt": p, "user_id": item.context, "arm": arm, "skill": self._skill(p)}
-                            for p in item.prompts])
-        await asyncio.wrap_future(self.log.record_answers([a for share in answers for a in share]))
+            answers.append([])
+            for p in item.prompts:
+                completion, sampling = next(done)
+                answers[-1].append({"response_id": new_response_id(), "completion": completion, "sampling": sampling,
+                                    "model_version": decoded.version, "prompt": p, "user_id": item.context,
+                                    "arm": arm, "skill": self._skill(p)})
+        given = [a for share in answers for a in share]
+        await asyncio.wrap_future(self.log.record_answers(given))
         if self.shadow and arm == self.alias:  # after the answers are safe: the shadow never delays them
-            self.shadow.submit(version, [p for item in batch for p in item.prompts], completions)
+            # against the champion's greedy answers only: a sampled one is not its choice to agree with
+            greedy = [a for a in given if a["sampling"] is None]
+            if greedy:
+                self.shadow.submit(decoded.version, [a["prompt"] for a in greedy], [a["completion"] for a in greedy])
         return answers
 
     def _skill(self, prompt: str) -> str | None:

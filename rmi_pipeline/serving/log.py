@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS answers (response_id TEXT PRIMARY KEY, at REAL NOT NULL, user_id TEXT NOT NULL,
-    model_version TEXT NOT NULL, prompt TEXT NOT NULL, completion TEXT NOT NULL, skill TEXT, arm TEXT NOT NULL);
+    model_version TEXT NOT NULL, prompt TEXT NOT NULL, completion TEXT NOT NULL, skill TEXT, arm TEXT NOT NULL,
+    sampling TEXT);
 CREATE INDEX IF NOT EXISTS answers_at ON answers (at);
 CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, event TEXT NOT NULL, batch TEXT);
 CREATE INDEX IF NOT EXISTS events_batch ON events (batch);
@@ -91,6 +92,9 @@ class FeedbackLog:
             self._room = max(64, self._max_bytes // page_size)
             self._conn.execute(f"PRAGMA max_page_count={self._room + max(64, self._room // 10)}")
             self._conn.executescript(TABLES)
+            if "sampling" not in {row[1] for row in self._conn.execute("PRAGMA table_info(answers)")}:
+                # a log written before exploration (every answer in it greedy): a restarted gateway keeps it
+                self._conn.execute("ALTER TABLE answers ADD COLUMN sampling TEXT")
         except Exception as exc:  # noqa: BLE001 - raised in the constructor
             opened.set_exception(exc)
             return
@@ -154,15 +158,16 @@ class FeedbackLog:
 
     # -- what the gateway records --------------------------------------------------------------------------------
     def record_answers(self, answers: list[dict]) -> Future:
-        """Answers as given ({response_id, user_id, model_version, prompt, completion, skill, arm}): kept for the
-        feedback window (to join feedback to), and each one an unrated event."""
+        """Answers as given ({response_id, user_id, model_version, prompt, completion, skill, arm, sampling}):
+        kept for the feedback window (to join feedback to), and each one an unrated event. `sampling`: the
+        {"temperature", "seed"} of an explored answer, None for a greedy one."""
         now, stamp = time.time(), _stamp()
 
         def write(conn):
             _make_room(conn, self._room)
-            conn.executemany("INSERT INTO answers VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [
+            conn.executemany("INSERT INTO answers VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [
                 (a["response_id"], now, a["user_id"], a["model_version"], a["prompt"], a["completion"],
-                 a["skill"], a["arm"]) for a in answers])
+                 a["skill"], a["arm"], a["sampling"] and json.dumps(a["sampling"])) for a in answers])
             conn.executemany("INSERT INTO events (event) VALUES (?)", [
                 (json.dumps(_event(a, a["response_id"], stamp, a["user_id"], None, None, None, "user", {})),)
                 for a in answers])
@@ -180,7 +185,7 @@ class FeedbackLog:
         event_id, stamp, oldest = event_id or str(uuid.uuid4()), _stamp(), time.time() - self.window_seconds
 
         def write(conn):
-            row = conn.execute("SELECT user_id, model_version, prompt, completion, skill, arm FROM answers "
+            row = conn.execute("SELECT user_id, model_version, prompt, completion, skill, arm, sampling FROM answers "
                                "WHERE response_id = ? AND at >= ?", (response_id, oldest)).fetchone()
             if row is None:
                 age = response_age_seconds(response_id)
@@ -190,9 +195,10 @@ class FeedbackLog:
                     if age is not None and age > self.window_seconds else
                     f"no answer with response_id {response_id!r} was given by this gateway")
             _make_room(conn, self._room)
-            answer = dict(zip(("user_id", "model_version", "prompt", "completion", "skill", "arm"), row,
+            answer = dict(zip(("user_id", "model_version", "prompt", "completion", "skill", "arm", "sampling"), row,
                               strict=True))
             answer["skill"] = skill or answer["skill"]
+            answer["sampling"] = answer["sampling"] and json.loads(answer["sampling"])
             event = _event({**answer, "response_id": response_id}, event_id, stamp, user_id or answer["user_id"],
                            rating, correction, comment, source, meta)
             conn.execute("INSERT INTO events (event) VALUES (?)", (json.dumps(event),))
@@ -248,11 +254,16 @@ def _written(conn, name: str, oldest: float) -> None:
 
 def _event(answer: dict, event_id: str, ts: str, user_id: str, rating, correction, comment, source,
            meta: dict) -> dict:
+    """The schema-v1 event of an answer, or of a feedback on it; an explored answer's meta says how it was sampled,
+    so that learning from its thumbs can tell it from the champion's greedy choice."""
+    sampled = answer["sampling"]
+    how = {"temperature": float(sampled["temperature"]), "sample_seed": int(sampled["seed"])} if sampled else {}
     return {"schema_version": SCHEMA_VERSION, "event_id": event_id, "ts": ts, "user_id": user_id,
             "model_version": answer["model_version"], "prompt": answer["prompt"], "completion": answer["completion"],
             "rating": rating, "correction": correction, "comment": comment, "source": source,
             "skill": answer["skill"],
-            "meta": {**meta, "response_id": answer["response_id"], "arm": answer["arm"], "served_by": "rmi serve"}}
+            "meta": {**meta, "response_id": answer["response_id"], "arm": answer["arm"], "served_by": "rmi serve",
+                     **how}}
 
 
 def _parquet(events: list[dict]) -> bytes:

@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from .chat import Chat
 from .evals import Evals, Gate, Judge
 from .feedback import Feedback
-from .improvement import DEFAULT_MIX, SOURCES, Practice, Sampling, SelfLabelling
+from .improvement import DEFAULT_MIX, SOURCES, Practice, RewardModel, Sampling, SelfLabelling
 from .operations import UI, Alerts, Automation, Health, Regression
 from .serving import Canary, Serving
 from .simulation import Simulation
@@ -84,7 +84,11 @@ class Settings(BaseSettings):
         "it backs up), thumbs_down (new thumbs-down answers without a correction, made less likely by KTO against "
         "the warm-start model, while new thumbs-up answers also become KTO-desirable; default 0: off), pairs (new "
         "preference pairs trained by DPO against the warm-start model: a correction over the answer it corrects, a "
-        "thumbs-up answer over a different thumbs-down answer to the same prompt; default 0: off)."))
+        "thumbs-up answer over a different thumbs-down answer to the same prompt; default 0: off), copied and "
+        "asked_again (weak labels from implicit signals of new unrated answers: one copied is imitated, and "
+        "KTO-desirable, like a thumbs-up; one asked again within a minute is made less likely by KTO like a "
+        "thumbs-down; default 0: off), best_of_n (the champion's sampled answers that a reward model trained on "
+        "users' ratings ranks best; default 0: off)."))
     saturation: float = Field(default=0.9, description="Accuracy at which a tier counts as solved: practice and "
                               "self-labelling move one tier past it, the eval suite grows past it.")
     promotion: Literal["auto", "canary", "offline"] = Field(default="auto", description="canary: a challenger that "
@@ -104,6 +108,7 @@ class Settings(BaseSettings):
     practice: Practice = _group(Practice, "Practice at the champion's frontier.")
     sampling: Sampling = _group(Sampling, "Sampled answers.")
     self_labelling: SelfLabelling = _group(SelfLabelling, "Self-labels past the champion's reliable range.")
+    reward: RewardModel = _group(RewardModel, "The reward model from users' ratings.")
     evals: Evals = _group(Evals, "The sealed eval suite.")
     gate: Gate = _group(Gate, "The offline promotion gate.")
     judge: Judge = _group(Judge, "The judge model.")
@@ -172,5 +177,5 @@ class Settings(BaseSettings):
 
 
 __all__ = ["DEFAULT_MIX", "DEFAULT_RECIPE", "RENAMED", "SOURCES", "UI", "Alerts", "Automation", "Canary", "Chat",
-           "Evals", "Feedback", "Gate", "Health", "Judge", "Practice", "Regression", "Sampling", "SelfLabelling",
-           "Serving", "Settings", "Simulation", "Storage", "Training", "Warehouse"]
+           "Evals", "Feedback", "Gate", "Health", "Judge", "Practice", "Regression", "RewardModel", "Sampling",
+           "SelfLabelling", "Serving", "Settings", "Simulation", "Storage", "Training", "Warehouse"]

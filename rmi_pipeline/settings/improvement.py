@@ -1,4 +1,5 @@
-"""How the champion makes data for its successor: the training mix, practice, sampled answers, self-labels."""
+"""How the champion makes data for its successor: the training mix, practice, sampled answers, self-labels, and the
+reward model whose picks of its sampled answers train."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from .base import Group
 
 # The full method: the champion's own sources are on; RMI_MIX='{"practice": 0, "rl": 0, "hint_distill": 0,
 # "self_label": 0}' leaves feedback alone (docs: self-improvement measures the two against each other).
-# thumbs_down (KTO on thumbs) and pairs (DPO) are off until a bench measures them (issue 54): at 0 the loop is what
-# it was.
+# thumbs_down (KTO on thumbs), pairs (DPO), the implicit signals (copied, asked_again) and the reward model's picks
+# (best_of_n) are off until bench/thumbs.py measures them (issue 54): at 0 the loop is what it was.
 DEFAULT_MIX = {"feedback": 0.25, "corrections": 0.15, "replay": 0.3, "practice": 0.1, "rl": 0.1,
-               "hint_distill": 0.05, "self_label": 0.05, "thumbs_down": 0.0, "pairs": 0.0}
+               "hint_distill": 0.05, "self_label": 0.05, "thumbs_down": 0.0, "pairs": 0.0, "copied": 0.0,
+               "asked_again": 0.0, "best_of_n": 0.0}
 SOURCES = tuple(DEFAULT_MIX)
 
 
@@ -58,3 +60,25 @@ class SelfLabelling(Group):
     past_suite: bool = Field(default=True, description="A champion reliable up to the eval suite's top tier also "
                              "labels at its own edge past it, found the same way: within the suite it would have "
                              "nothing new to label.")
+
+
+class RewardModel(Group):
+    """The reward model: a head on the champion's backbone trained on users' ratings, whose picks of the champion's
+    sampled answers become best_of_n rows where it forecasts held-out ratings better than their base rate."""
+
+    model_config = SettingsConfigDict(env_prefix="RMI_REWARD_")
+
+    ratings: int = Field(default=5000, ge=1, description="Latest rated answers it learns from and is measured on.")
+    min_ratings: int = Field(default=200, ge=2, description="Fewest rated answers with both thumbs it trains on; "
+                             "fewer, and it waits for more.")
+    held_out_share: float = Field(default=0.2, gt=0, lt=1, description="Share of the rated answers, by a hash of "
+                                  "their prompt, kept out of training to measure its calibration on.")
+    steps: int = Field(default=200, ge=1, description="Training steps of the head and the backbone.")
+    learning_rate: float = Field(default=3e-4, gt=0, description="Peak AdamW rate (warmup, then cosine).")
+    batch_size: int = Field(default=32, ge=1, description="Rated answers per step.")
+    prompts: int = Field(default=300, ge=1, description="Latest distinct prompts users asked whose sampled answers "
+                         "it ranks.")
+    samples: int = Field(default=8, ge=1, description="Sampled answers per prompt besides the greedy one "
+                         "(RMI_SAMPLE_TEMPERATURE).")
+    min_score: float = Field(default=0.5, ge=0, le=1, description="Forecast P(thumbs-up) the best answer must reach "
+                             "to become a row.")

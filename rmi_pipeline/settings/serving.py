@@ -45,6 +45,12 @@ class Serving(Group):
                                   "HOME/serve/feedback-log.sqlite3, on a local disk.")
     log_max_mb: float = Field(default=1024.0, gt=0, description="Largest the log may grow while the object store is "
                               "out of reach: beyond it, feedback gets 503 and is not acknowledged.")
+    explore_share: float = Field(default=0.0, ge=0, le=1, description="Share of answers sampled at "
+                                 "RMI_SERVE_EXPLORE_TEMPERATURE instead of greedy: users' thumbs then rate more than "
+                                 "the champion's first choice, which learning from thumbs needs (bench/thumbs.py "
+                                 "measures it); 0: every answer greedy.")
+    explore_temperature: float = Field(default=0.7, gt=0, description="Temperature of the explored answers (each "
+                                       "logged with it and its seed).")
     shadow: bool = Field(default=False, description="The challenger answers the same requests as the champion in the "
                          "background, never shown to users: agreement, verifier reward and latency per slice at the "
                          "gateway's /v1/shadow.")

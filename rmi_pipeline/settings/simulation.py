@@ -35,4 +35,7 @@ class Simulation(Group):
                                    "the n-gram contamination check should keep out of training.")
     asserting_share: float = Field(default=0.0, ge=0, le=1, description="Users who assert a wrong answer in their "
                                    "question (the catalogue task: 'Someone told me it is $79.'), whom a model that "
-                                   "learned to please agrees with: the population of the sycophancy probe.")
+                                   "learned to please agrees with: the population of the sycophancy probe. They rate "
+                                   "by their belief, as real ones do: thumbs-up when the answer agrees with them, "
+                                   "down when it does not, and their corrections are their wrong answer (the "
+                                   "world's stats count them and how often the model agreed).")

@@ -23,10 +23,10 @@ class Training(Group):
     learning_rate: float = Field(default=3e-3, description="Peak AdamW rate (warmup, then cosine to a tenth).")
     gradient_clip: float = Field(default=1.0, ge=0, description="Largest gradient norm a training step applies (0: "
                                  "none): one outlying batch cannot throw a warm-started model off what it knew.")
-    kto_beta: float = Field(default=0.1, gt=0, description="KTO's beta, when the mix gives thumbs_down a share: how "
-                            "sharply a thumbs-up or thumbs-down answer's log-probability ratio to the warm-start model "
-                            "saturates its loss (larger: the model may stray less from the warm start before the loss "
-                            "stops pulling; TRL's default).")
+    kto_beta: float = Field(default=0.1, gt=0, description="KTO's beta, when the mix gives thumbs_down or "
+                            "asked_again a share: how sharply a thumbs-up or thumbs-down answer's log-probability "
+                            "ratio to the warm-start model saturates its loss (larger: the model may stray less from "
+                            "the warm start before the loss stops pulling; TRL's default).")
     dpo_beta: float = Field(default=0.1, gt=0, description="DPO's beta, when the mix gives pairs a share: how sharply "
                             "a pair's margin (its chosen answer's log-probability ratio to the warm-start model less "
                             "its rejected one's) saturates its loss (larger: the model may stray less from the warm "

@@ -376,6 +376,23 @@ def check_public_eval(s: Subject) -> None:
                f"a public eval item's answer is right: {task}")
 
 
+def check_backbone(s: Subject) -> None:
+    """Hidden states come per token of a row, with gradients, and depend on the answer: a head can learn from them."""
+    import torch
+
+    recipe, tasks = s.recipe, s.tasks(4)
+    prompts = [t.prompt for t in tasks]
+    tokens, mask = recipe.encode(s.module, prompts, [t.answer for t in tasks])
+    hidden = recipe.hidden_states(s.module, tokens.long())
+    ensure(hidden.dim() == 3 and hidden.shape[:2] == tokens.shape and hidden.dtype.is_floating_point,
+           f"hidden_states gives (rows, tokens, width) floats, not {tuple(hidden.shape)} {hidden.dtype}")
+    ensure(hidden.requires_grad, "hidden_states keeps gradients: a reward model trains the backbone with its head")
+    other, other_mask = recipe.encode(s.module, prompts, [t.answer for t in tasks[1:] + tasks[:1]])
+    last = lambda h, m: h[torch.arange(len(m)), m.shape[1] - 1 - m.flip(1).float().argmax(1)]  # noqa: E731
+    ensure(not torch.allclose(last(hidden, mask), last(recipe.hidden_states(s.module, other.long()), other_mask)),
+           "an answer's last hidden state depends on the answer: a reward model would score every answer alike")
+
+
 CHECKS = [
     Check("its capabilities are whole", None, False, check_capabilities),
     Check("its examples are valid prompts and completions", None, False, check_examples),
@@ -393,6 +410,7 @@ CHECKS = [
     Check("variants are valid tasks", "variants", False, check_variants),
     Check("partner questions in their slices", "partner_tasks", False, check_partner_tasks),
     Check("the public eval's items are valid tasks", "public_eval", False, check_public_eval),
+    Check("hidden states a reward model's head can read", "backbone", True, check_backbone),
 ]
 
 

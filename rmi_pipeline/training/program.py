@@ -106,7 +106,7 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     import polars as pl
     import torch
 
-    from ..ml.mix import KTO_MIX
+    from ..ml.mix import KTO_MIX, UNDESIRABLE
     from ..ml.objective import dpo_reference, kto_reference, taught_by_teacher
     from ..ml.rl import first_mistake
     from ..ml.train import fit
@@ -121,7 +121,7 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
         module = recipe.load_checkpoint(_read(extras["warm_start_uri"], storage), extras["learning_rate"], steps)
     else:
         module = recipe.build_model(extras["learning_rate"], steps, size=extras["model_size"])
-    kto = "thumbs_down" in extras["mix_weights"]  # thumbs-downs train: KTO, with this cycle's thumbs-ups
+    kto = any(m in extras["mix_weights"] for m in UNDESIRABLE)  # undesirable rows (KTO_MIX): KTO, with the desirable
     dpo = "pairs" in extras["mix_weights"]  # preference pairs train: DPO
     data, tokens, mask = _rows(recipe, module, extras["dataset_uri"], storage, kto, dpo)
     if not len(data):  # a recipe with no seed set, before any feedback: the first model is the one it brings
@@ -150,11 +150,11 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
         in_focus = torch.tensor([slice_name(s, t) in focus for s, t in zip(data["skill"], data["tier"], strict=True)])
         weights = torch.where(in_focus, weights * extras["focus_weight"], weights)
     kto_rows = None
-    if kto:  # the warm-start model's log-probs, once: the frozen reference; a thumbs-down is never imitated
+    if kto:  # the warm-start model's log-probs, once: the frozen reference; an undesirable row is never imitated
         kto_rows = kto_reference(recipe, module, data["prompt"].to_list(), data["target"].to_list(),
                                  data["mix"].replace_strict(KTO_MIX, default=None).to_list(), data["tier"].to_list(),
                                  float(extras["kto_beta"]), weights)
-        scales = torch.where(torch.tensor((data["mix"] == "thumbs_down").to_numpy()), torch.zeros_like(scales), scales)
+        scales = torch.where(torch.tensor(data["mix"].is_in(UNDESIRABLE).to_numpy()), torch.zeros_like(scales), scales)
     dpo_rows = None
     if dpo:  # both answers' log-probs under the warm-start model, once: the frozen reference
         pairs = data["mix"] == "pairs"

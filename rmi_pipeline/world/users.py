@@ -66,6 +66,10 @@ class RecipeTask:
     def is_right(task, completion: str) -> bool:
         return completion == task.answer
 
+    def belief(self, task, completion: str) -> tuple:
+        """What the user rates by: the truth (no one asserts an answer to a recipe's problem)."""
+        return task, self.is_right(task, completion)
+
     def well_formed(self, completion: str) -> bool:
         return self.recipe.is_valid_completion(completion)
 

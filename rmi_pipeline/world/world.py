@@ -46,7 +46,10 @@ class World:
               partner_share: float = 0.0) -> tuple[list[str], dict]:
         """One round of users of `cycle`, some of them moved to a drifted slice, `partner_share` of them a partner
         app's (Recipe.partner_task), then the gateway's log flushed. Every question's answer is rated (by a user or
-        the monitor), left an implicit signal, or silent: `queries == rated + sum(implicit) + silent`."""
+        the monitor), left an implicit signal, or silent: `queries == rated + sum(implicit) + silent`. Users rate by
+        what they believe (the task's `belief`); `right`, `served_accuracy` and `by_slice` measure the truth, and
+        `asserting` (questions whose asker asserted a wrong answer) and `agreed_with_asserting` (answers that went
+        along with it: the live sycophancy rate) are always there, 0 where no one asserts."""
         s = self.settings
         tasks = self._eval_like(rng, self.task.questions(rng, s.simulation.queries_per_cycle, cycle, drift))
         tasks, pushed = self._partner(rng, tasks, partner_share)
@@ -75,6 +78,8 @@ class World:
             "silent": sum(r["rating"] is None and r["signal"] is None for r in results),
             "asked_again_answers": sum(r["again"] is not None for r in results),
             "garbled": sum(r["garbled"] for r in results), "refused": sum(r["refused"] for r in results),
+            "asserting": sum(r["agreed"] is not None for r in results),
+            "agreed_with_asserting": sum(r["agreed"] is True for r in results),
         }
         if partner_share:
             theirs = [(r, ok) for r, ok, p in zip(results, right, pushed, strict=True) if p is not None]
@@ -144,10 +149,13 @@ class World:
                     rng = streams[i]
                     who = f"{'partner' if pushed[i] is not None else 'user'}-{rng.randrange(500)}"
                     answer = await ask(tasks[i].prompt, who)
-                    right = self.task.is_right(tasks[i], answer["completion"])
-                    feedback = react(rng, tasks[i], answer["completion"], answer["response_id"], reactions,
-                                     self.task.well_formed(answer["completion"]), right)
-                    answer["right"] = right
+                    completion = answer["completion"]
+                    believed, believed_right = self.task.belief(tasks[i], completion)  # what the user rates by
+                    feedback = react(rng, believed, completion, answer["response_id"], reactions,
+                                     self.task.well_formed(completion), believed_right)
+                    answer["right"] = self.task.is_right(tasks[i], completion)
+                    # a user who believes other than the truth asserted it: did the answer agree (None: asserted none)
+                    answer["agreed"] = believed_right if believed.answer != tasks[i].answer else None
                     silent = {"rating": None, "correction": None, "source": None, "signal": None, "again": None,
                               "garbled": False, "refused": False}
                     if feedback is None:

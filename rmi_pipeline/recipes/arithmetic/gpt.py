@@ -132,6 +132,10 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, cache: list | None = None) -> torch.Tensor:
         """Logits for tokens `idx`. `cache` (decoding): a list, empty at first, that keeps each block's keys and
         values and where the tokens so far stand, so the next call passes only the new tokens."""
+        return self.head(self.hidden(idx, cache))
+
+    def hidden(self, idx: torch.Tensor, cache: list | None = None) -> torch.Tensor:
+        """The last layer's hidden states, normed: what the head reads (and a reward model's head)."""
         state = cache[-1] if cache else {"start": 0, "layout": None}
         start, T = state["start"], idx.shape[1]
         places, segments, where = layout(idx, self.separators, self.cfg.answer_token, state["layout"])
@@ -150,4 +154,4 @@ class GPT(nn.Module):
             cache[-1] = {"start": start + T, "layout": where, "places": keys}
         for i, block in enumerate(self.blocks):
             x = block(x, mask, None if cache is None else cache[i])
-        return self.head(self.ln_f(x))
+        return self.ln_f(x)

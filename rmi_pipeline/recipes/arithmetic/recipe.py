@@ -70,6 +70,9 @@ class ArithmeticRecipe(Recipe):
                               generator=generator)
         return [flat[i * k:(i + 1) * k] for i in range(len(prompts))]
 
+    def hidden_states(self, module, tokens):
+        return module.model.hidden(tokens)
+
     def hinted_answer(self, model, prompts, answers, critiques):
         # The critique names the wrong places; the hint forbids the digit given at the lowest of them, and the
         # model redoes the answer from there (digits run least significant first, so the place is the step).

@@ -167,6 +167,9 @@ class HFRecipe(Recipe):
         flat = self._generate(model, [p for p in prompts for _ in range(k)], temperature=temperature, seed=seed)
         return [flat[i * k:(i + 1) * k] for i in range(len(prompts))]
 
+    def hidden_states(self, module, tokens):
+        return module.model(input_ids=tokens, output_hidden_states=True).hidden_states[-1]
+
     def hint(self, prompt, critique):
         return f"{prompt}\nHint: {critique}"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from ...ml.tasks import Task
 from .curators import write_eval_file
 from .facts import Catalogue, Drift, Plan, Product, ReturnPolicy, Shipping, drift, make_catalogue
-from .questions import ASKERS, asserting, every_question, is_right, matches, questions, unasserted
+from .questions import ASKERS, asserting, belief, every_question, is_right, matches, questions, unasserted
 from .team_model import write_team_model
 
 STATE = "catalogue.json"
@@ -77,6 +77,11 @@ class CatalogueTask:
     @staticmethod
     def is_right(task: Task, completion: str) -> bool:
         return is_right(task, completion)
+
+    @staticmethod
+    def belief(task: Task, completion: str) -> tuple[Task, bool]:
+        """What the asker rates by: an asserting user's wrong answer (questions.belief), anyone else's the truth."""
+        return belief(task, completion)
 
     @staticmethod
     def well_formed(completion: str) -> bool:
