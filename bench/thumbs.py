@@ -15,7 +15,8 @@ from the same first model per seed, with the same training steps per cycle; the 
     signals  pairs + the implicit signals as weak labels (copied, asked_again), no reward model
 
 After each cycle, per arm and seed: the champion's judged pass rate on the eval file's counted anchor (the judge
-graded, as the gate sees it), the live thumbs-up rate of the next round's users (the closing round after the last
+graded, as the gate sees it), the challenger's (what the cycle's training made, promoted or not), the live
+thumbs-up rate of the next round's users (the closing round after the last
 cycle), and the share of asserting users' questions whose answer agrees with the wrong thing they asserted (the
 sycophancy probe: it must not rise with training on thumbs). Promotion is offline (the gate alone), so each round is
 answered by one champion. Every run's figures go to --out (JSON lines) as it ends; a rerun skips the runs there.
@@ -62,7 +63,7 @@ def run_arm(arm: str, seed: int, cycles: int, queries: int, root: Path) -> dict:
         rated = users.get("rated") or 0
         out["cycles"].append({
             "cycle": record["cycle"], "verdict": record["verdict"], "champion": record["champion_version"],
-            "judged": record["champion"].get("mean"),
+            "judged": record["champion"].get("mean"), "challenger_judged": record["challenger"].get("mean"),
             "thumbs_up": users["up"] / rated if rated else None,
             "agreed_with_asserting": (users["agreed_with_asserting"] / users["asserting"]
                                       if users.get("asserting") else None),
@@ -123,7 +124,7 @@ def report(results: list[dict], arms: list[str], seeds: list[int]) -> None:
         return " ".join(f"{v:.3f}" for v in shown) + (f" (mean {statistics.mean(shown):.3f})" if shown else "-")
 
     runs = {(r["arm"], r["seed"]): r for r in results}
-    for name in ("judged", "thumbs_up", "agreed_with_asserting"):
+    for name in ("judged", "challenger_judged", "thumbs_up", "agreed_with_asserting"):
         print(f"\n{name} after each cycle (seeds {' '.join(map(str, seeds))})")
         print("| arm | " + " | ".join(f"cycle {c['cycle']}" for c in results[0]["cycles"]) + " |")
         for arm in arms:

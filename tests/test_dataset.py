@@ -71,15 +71,17 @@ def test_eval_items_are_removed_and_counted_and_each_source_gets_its_share_of_ev
     sealed = set(manifest["hashes"])
     seed_overlap = sum(RECIPE.prompt_hash(t.prompt) in sealed for t in RECIPE.seed_tasks(random.Random(0)))
     assert meta["removed_eval_overlap"] == seed_overlap + 1 and meta["unusable_rows"] == 1
-    assert meta["rows_feedback"] == 50 and meta["rows_corrections"] == 1
+    assert meta["rows_feedback"] == 50 and meta["rows_corrections"] == 1 and meta["rows_thumbs_down"] == 1
     data = resources["storage"].read_parquet(layout.dataset_rows(meta['version']))
     assert not any(RECIPE.prompt_hash(p) in sealed for p in data["prompt"])
-    # no champion yet, so nothing from practice: new thumbs-up, corrections and replay share each batch
+    # no champion yet, so nothing from practice: new thumbs-up, corrections, thumbs-downs (KTO, on by default) and
+    # replay share each batch
     mix = Settings().mix
-    present = mix["feedback"] + mix["corrections"] + mix["replay"]
+    sources = ("feedback", "corrections", "thumbs_down", "replay")
+    present = sum(mix[source] for source in sources)
     weights = resources["storage"].read_json(layout.dataset_manifest(meta["version"]))["weights"]
     data = data.with_columns(weight=data["mix"].replace_strict(weights))  # as the training program weighs rows
-    for source in ("feedback", "corrections", "replay"):
+    for source in sources:
         share = data.filter(data["mix"] == source)["weight"].sum()
         assert abs(share - mix[source] / present) < 1e-9, source
     assert abs(data["weight"].sum() - 1.0) < 1e-9

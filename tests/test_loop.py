@@ -73,8 +73,8 @@ def test_each_health_check_reused_the_scores_its_cycle_s_evaluation_gave_the_cha
 def test_each_source_of_the_training_mix_has_its_rows_and_loss_logged(loop):
     mv = loop["registry"].version("champion")  # the cycle-1 candidate
     manifest = loop["storage"].read_json(layout.dataset_manifest(mv.tags['dataset_version']))
-    # the default mix, the full method: the users' feedback, replay, and every source the champion makes (each source
-    # the default gives a share: thumbs_down waits for a bench)
+    # the default mix, the full method: the users' feedback (thumbs-downs by KTO too), replay, and every source the
+    # champion makes (each source the default gives a share)
     assert set(manifest["by_source"]) == {s for s in SOURCES if DEFAULT_MIX[s]}, manifest["by_source"]
     metrics = loop["registry"].client().get_run(mv.run_id).data.metrics
     for source, rows in manifest["by_source"].items():

@@ -218,12 +218,12 @@ def test_thumbs_downs_are_read_only_when_they_train_and_only_from_batches_not_ye
     db.sql("CREATE TABLE feedback_events AS SELECT *, NULL::JSON AS meta FROM (VALUES ('1+1=', '2', 'up', NULL, 'b1'), "
            "('2+2=', '5', 'down', NULL, 'b1'), ('3+3=', '7', 'down', '6', 'b1'), ('4+4=', '9', 'down', NULL, 'b0'), "
            "('5+5=', '10', NULL, NULL, 'b1')) AS t(prompt, completion, rating, correction, batch_id)")
-    assert DEFAULT_MIX["thumbs_down"] == 0  # off until a bench chooses: the loop reads what it read before
-    assert db.sql(_feedback_rows(DEFAULT_MIX)).pl()["source"].to_list() == ["thumbs_up", "correction"]
+    off = {**DEFAULT_MIX, "thumbs_down": 0.0}  # a team that turns KTO off: its thumbs-downs are not even read
+    assert db.sql(_feedback_rows(off)).pl()["source"].to_list() == ["thumbs_up", "correction"]
     rows = db.sql(_feedback_rows({**DEFAULT_MIX, "thumbs_down": 0.2})).pl()
     assert rows.select("target", "source").rows() == [("2", "thumbs_up"), ("5", "thumbs_down"),
                                                       ("6", "correction"), ("9", "thumbs_down")]
     mixed = mix_sources(rows, new_batches=["b1"])
     assert mixed["mix"].to_list() == ["feedback", "thumbs_down", "corrections", None]  # b0's: learned, not replayed
     assert mixed.filter(in_mix({**DEFAULT_MIX, "thumbs_down": 0.2}))["target"].to_list() == ["2", "5", "6"]
-    assert mixed.filter(in_mix(DEFAULT_MIX))["target"].to_list() == ["2", "6"]
+    assert mixed.filter(in_mix(off))["target"].to_list() == ["2", "6"]

@@ -80,7 +80,7 @@ def reward_model(context: AssetExecutionContext, settings: ResourceParam[Setting
     asked = warehouse.query(_ASKED, [10 * config.prompts])["prompt"].to_list()
     prompts = list(dict.fromkeys(p for p in asked if recipe.is_valid_prompt(p)))[:config.prompts]
     retry = registry.candidates_since(champion.version)
-    picked = reward.best_of_n(recipe, registry.load(version, recipe),
+    picked = reward.best_of_n(recipe, recipe.load_model(checkpoint),
                               lambda p, a: reward.scores(model, p, a), prompts, config.samples,
                               settings.sampling.temperature, turn_seed(settings.seed, version, retry),
                               config.min_score)

@@ -82,7 +82,7 @@ class Settings(BaseSettings):
         "practice (harder problems the champion solved), rl (its sampled answers, scaled by advantage), "
         "hint_distill (answers it found with a coach's hint), self_label (its answers past its reliable range that "
         "it backs up), thumbs_down (new thumbs-down answers without a correction, made less likely by KTO against "
-        "the warm-start model, while new thumbs-up answers also become KTO-desirable; default 0: off), pairs (new "
+        "the warm-start model, while new thumbs-up answers also become KTO-desirable; default 0.15), pairs (new "
         "preference pairs trained by DPO against the warm-start model: a correction over the answer it corrects, a "
         "thumbs-up answer over a different thumbs-down answer to the same prompt; default 0: off), copied and "
         "asked_again (weak labels from implicit signals of new unrated answers: one copied is imitated, and "

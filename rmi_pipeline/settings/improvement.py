@@ -12,10 +12,11 @@ from .base import Group
 
 # The full method: the champion's own sources are on; RMI_MIX='{"practice": 0, "rl": 0, "hint_distill": 0,
 # "self_label": 0}' leaves feedback alone (docs: self-improvement measures the two against each other).
-# thumbs_down (KTO on thumbs), pairs (DPO), the implicit signals (copied, asked_again) and the reward model's picks
-# (best_of_n) are off until bench/thumbs.py measures them (issue 54): at 0 the loop is what it was.
+# thumbs_down (KTO on thumbs) is on: the best mix bench/thumbs.py measured (docs/log.md#2026-12-06-thumbs); pairs
+# (DPO), the implicit signals (copied, asked_again) and the reward model's picks (best_of_n) measured no better, and
+# asked_again raised the agreement with users who assert a wrong answer: off.
 DEFAULT_MIX = {"feedback": 0.25, "corrections": 0.15, "replay": 0.3, "practice": 0.1, "rl": 0.1,
-               "hint_distill": 0.05, "self_label": 0.05, "thumbs_down": 0.0, "pairs": 0.0, "copied": 0.0,
+               "hint_distill": 0.05, "self_label": 0.05, "thumbs_down": 0.15, "pairs": 0.0, "copied": 0.0,
                "asked_again": 0.0, "best_of_n": 0.0}
 SOURCES = tuple(DEFAULT_MIX)
 
