@@ -343,10 +343,7 @@ def check_variants(s: Subject) -> None:
         other = s.recipe.variant(task, rng)
         if other is None:
             continue
-        ensure(s.recipe.is_valid_prompt(other.prompt) and s.recipe.is_valid_completion(other.answer),
-               f"a variant of {task.prompt!r} is a valid task: {other}")
-        ensure(not s.recipe.has("verifier") or s.recipe.verify(other.prompt, other.answer)[0] == 1,
-               f"a variant's answer is right: {other}")
+        _valid_and_right(s, other, f"a variant of {task.prompt!r}")
 
 
 def check_partner_tasks(s: Subject) -> None:
@@ -370,15 +367,22 @@ def check_public_eval(s: Subject) -> None:
     items = s.recipe.public_eval()
     ensure(items, "public_eval gives items where the recipe writes it: the leak signal compares on them")
     for task in items:
-        ensure(s.recipe.is_valid_prompt(task.prompt) and s.recipe.is_valid_completion(task.answer),
-               f"a public eval item is a valid task: {task}")
-        ensure(not s.recipe.has("verifier") or s.recipe.verify(task.prompt, task.answer)[0] == 1,
-               f"a public eval item's answer is right: {task}")
+        _valid_and_right(s, task, "a public eval item")
+
+
+def _valid_and_right(s: Subject, task: Task, what: str) -> None:
+    """`task` is a valid prompt and completion, and its answer right where the recipe has a verifier."""
+    ensure(s.recipe.is_valid_prompt(task.prompt) and s.recipe.is_valid_completion(task.answer),
+           f"{what} is a valid task: {task}")
+    ensure(not s.recipe.has("verifier") or s.recipe.verify(task.prompt, task.answer)[0] == 1,
+           f"{what} has a right answer: {task}")
 
 
 def check_backbone(s: Subject) -> None:
     """Hidden states come per token of a row, with gradients, and depend on the answer: a head can learn from them."""
     import torch
+
+    from ..ml.reward import last_answer_token
 
     recipe, tasks = s.recipe, s.tasks(4)
     prompts = [t.prompt for t in tasks]
@@ -388,7 +392,7 @@ def check_backbone(s: Subject) -> None:
            f"hidden_states gives (rows, tokens, width) floats, not {tuple(hidden.shape)} {hidden.dtype}")
     ensure(hidden.requires_grad, "hidden_states keeps gradients: a reward model trains the backbone with its head")
     other, other_mask = recipe.encode(s.module, prompts, [t.answer for t in tasks[1:] + tasks[:1]])
-    last = lambda h, m: h[torch.arange(len(m)), m.shape[1] - 1 - m.flip(1).float().argmax(1)]  # noqa: E731
+    last = lambda h, m: h[torch.arange(len(m)), last_answer_token(m)]  # noqa: E731
     ensure(not torch.allclose(last(hidden, mask), last(recipe.hidden_states(s.module, other.long()), other_mask)),
            "an answer's last hidden state depends on the answer: a reward model would score every answer alike")
 
