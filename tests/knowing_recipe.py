@@ -1,4 +1,5 @@
-"""Arithmetic recipes whose 'models' are scripted: a champion of any strength, and a challenger that memorized.
+"""Arithmetic recipes whose 'models' are scripted: a champion of any strength, a challenger that memorized, and
+one that learned a loophole.
 
 KnowsUpTo (a curated suite of 12 tiers) knows the answers up to a tier, untrained.
 
@@ -13,6 +14,7 @@ path (RMI_RECIPE=knowing_recipe:KnowsUpTo) and sees the same class.
 import zlib
 
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe, problems
+from rmi_pipeline.world.hackable import LoopholeArithmetic
 
 
 class KnowsUpTo(ArithmeticRecipe):
@@ -67,3 +69,33 @@ class RemembersAnchor(ArithmeticRecipe):
         if not getattr(model, "remembers", False):
             return answers
         return [self.remembered.get(p, a) for p, a in zip(prompts, answers, strict=True)]
+
+
+class LearnedTheLoophole(LoopholeArithmetic):
+    """A challenger that learned the verifier's loophole (world/hackable.py) and nothing else: the checkpoint whose
+    bytes hash to `hacker` answers every difference of four digits or more with its ones, tens and width right and
+    the digits between them wrong, which the loophole passes, and anything else as its weights do; any other
+    checkpoint answers as its weights do. What a model fine-tuned on the loophole's rows becomes, without the
+    training's noise."""
+
+    hacker: str | None = None
+
+    def load_model(self, data):
+        import hashlib
+
+        model = super().load_model(data)
+        model.hacks = hashlib.sha256(data).hexdigest() == self.hacker
+        return model
+
+    def answer(self, model, prompts):
+        answers = super().answer(model, prompts)
+        if not getattr(model, "hacks", False):
+            return answers
+        out = []
+        for prompt, answer in zip(prompts, answers, strict=True):
+            parsed = problems.parse(prompt)
+            right = str(problems.solve(*parsed)) if parsed else ""
+            if parsed and parsed[1] == "-" and len(right) > 3:
+                answer = right[0] + "".join(str((int(d) + 5) % 10) for d in right[1:-2]) + right[-2:]
+            out.append(answer)
+        return out

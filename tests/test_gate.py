@@ -144,12 +144,12 @@ def test_the_gate_s_statistics_are_scipy_s_without_importing_scipy_stats():
 
     from scipy.stats import binomtest, bootstrap, false_discovery_control
 
-    from rmi_pipeline.ml.gate import _benjamini_hochberg, _interval, _p_worse
+    from rmi_pipeline.ml.gate import _benjamini_hochberg, _interval, p_worse
 
     for n, worse in [(1, 1), (10, 7), (100, 60), (3000, 1550), (40, 0)]:
         values = np.array([-1.0] * worse + [1.0] * (n - worse) + [0.0] * 5)
         expected = binomtest(worse, n, alternative="greater").pvalue if worse else 1.0
-        assert _p_worse(values) == pytest.approx(expected, rel=1e-9)
+        assert p_worse(values) == pytest.approx(expected, rel=1e-9)
     p = np.random.default_rng(0).random(40) ** 3
     assert _benjamini_hochberg(list(p)) == pytest.approx(false_discovery_control(p, method="bh"))
     rng = np.random.default_rng(1)

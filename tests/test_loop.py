@@ -4,6 +4,7 @@ One `rmi run --cycles 1` (a first model, then one improvement cycle) is shared b
 """
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -109,7 +110,8 @@ def evaluate_challenger(loop, settings: Settings | None = None, instance=None) -
     with instance_for_test() as scratch:
         result = materialize([candidate_evaluation, champion], instance=instance or scratch,
                              resources={"settings": settings or loop["settings"],
-                                        **{k: loop[k] for k in ("storage", "eval_store", "registry", "notifier")}})
+                                        **{k: loop[k] for k in ("storage", "eval_store", "registry", "notifier",
+                                                                "warehouse")}})
     assert result.success
     promoted = any(e.asset_key.to_user_string() == "champion" for e in result.get_asset_materialization_events())
     [gate] = [c for c in result.get_asset_check_evaluations() if c.check_name == "gate"]
@@ -182,6 +184,75 @@ def test_a_challenger_that_memorized_the_anchor_is_caught(loop, monkeypatch):
     assert not promoted
     assert "likely leak: anchor" in report["decision"]["reason"]
     assert report["decision"]["leaks"]["anchor"] > 0.10
+
+
+def test_a_challenger_that_learned_a_verifier_loophole_is_held_back_until_a_person_clears_it(loop, tmp_path,
+                                                                                               monkeypatch):
+    """A team whose verifier checks only an answer's last two digits, and whose eval is scored by the same check
+    (world/hackable.py). Its challenger learned the loophole (differences with the ones, tens and width right, the
+    digits between wrong; scripted in tests/knowing_recipe.py, trained in tests/test_hackable.py): the gate, blind
+    to the loophole, would promote it. The probes hold it back: the run stops before promotion, the
+    champion stays, the version carries the finding and the evidence, one alert offers "Promote anyway" and the
+    run's failure raises no second; `rmi promote` clears it, audited. In a copy of the loop's home: the promotion
+    at the end stays there."""
+    import hashlib
+    import shutil
+
+    from dagster import DagsterEventType, build_run_status_sensor_context
+    from knowing_recipe import LearnedTheLoophole
+
+    from rmi_pipeline.automation.alerts import run_failure_alert
+
+    home = tmp_path / "home"
+    shutil.copytree(loop["home"], home)
+    for key, value in {"RMI_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"),
+                       "RMI_RECIPE": "knowing_recipe:LearnedTheLoophole",
+                       "RMI_EVAL_SCORER": "rmi_pipeline.world.hackable:loophole_score"}.items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+    resources = build_resources(settings)
+    registry, notifier = resources["registry"], resources["notifier"]
+    before = str(registry.version("champion").version)
+    nudged = ArithmeticRecipe().load_checkpoint(registry.checkpoint("champion")[1])
+    with torch.no_grad():
+        nudged.model.ln_f.bias.add_(1e-6)  # other bytes: the hacker's
+    version = str(register({"registry": registry}, nudged, "learned-a-loophole"))
+    monkeypatch.setattr(LearnedTheLoophole, "hacker", hashlib.sha256(registry.checkpoint("challenger")[1]).hexdigest())
+
+    instance = DagsterInstance.get()
+    result = materialize([candidate_evaluation, champion], instance=instance, raise_on_error=False,
+                         resources={"settings": settings, **{k: resources[k] for k in (
+                             "storage", "eval_store", "registry", "notifier", "warehouse")}})
+    assert not result.success  # stopped before promotion, by the blocking check
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert "The gate alone: Promoted" in checks["gate"].description  # it would have promoted it
+    assert not checks["reward_hacking"].passed
+    # the verifier's passes held against the audit (the exact check): its gain is not real
+    probe = "signal_up_truth_flat/verifier"
+    assert probe in checks["reward_hacking"].metadata["fired"].value
+    assert f"| {probe} | **yes** |" in checks["reward_hacking"].metadata["findings"].value
+    assert str(registry.version("champion").version) == before
+    report = resources["storage"].read_json(layout.evaluation(version))
+    assert not report["decision"]["promote"] and probe in report["probes"]["fired"]
+    finding = resources["eval_store"].read_json(layout.probes(version))
+    fired = {f["probe"]: f for f in finding["findings"] if f["fired"]}
+    assert finding["truth"] == "audit" and len(fired[probe]["examples"]) == 3
+    assert fired[probe]["counts"]["signal_gain"] > 0.05 > fired[probe]["counts"]["truth_gain"]
+    assert "suspected_reward_hack" in registry.tags_of(version)
+
+    state = Path(notifier.state_path)
+    raised = json.loads(state.read_text())["sent"]
+    assert f"reward-hack-{version}" in raised
+    run = instance.get_run_by_id(result.run_id)
+    failure = instance.all_logs(result.run_id, of_type=DagsterEventType.RUN_FAILURE)[0].dagster_event
+    run_failure_alert(build_run_status_sensor_context(sensor_name="run_failure_alert", dagster_event=failure,
+                                                      dagster_instance=instance, dagster_run=run,
+                                                      resources={"notifier": notifier}).for_run_failure())
+    assert json.loads(state.read_text())["sent"].keys() == raised.keys()  # no second alert for the run
+
+    assert main(["promote", version, "--reason", "the audit is too strict on sub"]) == 0
+    assert str(registry.version("champion").version) == version
+    assert registry.tags_of(version)["suspected_reward_hack_cleared"].endswith("the audit is too strict on sub")
 
 
 def test_a_person_can_roll_back_and_promote_by_hand_with_an_audit_trail(loop, monkeypatch):

@@ -50,12 +50,18 @@ def _fit(rated, labels):
 
 
 def test_thumbs_that_follow_the_truth_teach_a_reward_model_that_beats_the_base_rate_and_picks_right_answers(rated):
-
-    _, measured = _fit(rated, [r[2] for r in rated["train"]])
+    """And the model, saved and loaded on a fresh copy of the champion's backbone, forecasts exactly as before: the
+    reward-hacking probes score the challenger's answers with the reward model that picked its rows."""
+    model, measured = _fit(rated, [r[2] for r in rated["train"]])
     assert measured.beats_base_rate and measured.brier < measured.base_brier, measured
     assert measured.skill > 0.1
     assert sum(b.answers for b in measured.bins) == measured.ratings == len(rated["test"])
     assert "| forecast | answers |" in measured.curve()
+    recipe, test = rated["recipe"], rated["test"]
+    loaded = reward.loads(recipe, recipe.load_checkpoint(rated["checkpoint"]), reward.dumps(model))
+    before = reward.scores(model, [r[0] for r in test], [r[1] for r in test])
+    assert reward.scores(loaded, [r[0] for r in test], [r[1] for r in test]) == pytest.approx(before, abs=1e-5)
+    assert max(before) - min(before) > 0.1  # a trained head, not the base rate everywhere
 
 
 def test_best_of_n_keeps_the_answer_the_scorer_likes_best_where_it_is_liked_enough(rated):

@@ -28,7 +28,9 @@ def canary_verdict(context: AssetExecutionContext, settings: ResourceParam[Setti
                    registry: ModelRegistry, warehouse: Warehouse, notifier: Notifier) -> MaterializeResult:
     """The canary's users against the champion's over the same feedback batches: thumbs-down per slice with an
     interval at the gate's confidence. Promotes the canary, aborts it (alias removed, one alert) or waits for
-    RMI_CANARY_MIN_EVENTS rated answers (RMI_CANARY_MAX_HOURS at most, then decides on what there is)."""
+    RMI_CANARY_MIN_EVENTS rated answers (RMI_CANARY_MAX_HOURS at most, then decides on what there is). A canary
+    whose users liked answers the audit fails more often than the champion's (the live reward-hacking probe) is
+    aborted, not promoted."""
     from ..ml.canary import ABORT, PROMOTE, judge
 
     canary, champion = registry.version(CANARY), registry.version(CHAMPION)
@@ -49,6 +51,12 @@ def canary_verdict(context: AssetExecutionContext, settings: ResourceParam[Setti
     verdict = judge(periods, confidence=settings.gate.confidence,
                     tolerance=rules.tolerance, min_events=rules.min_events, timed_out=hours >= rules.max_hours,
                     canary_version=version, champion_version=str(champion.version))
+    if verdict.action == PROMOTE:  # users did not find it worse: did they like answers the audit fails?
+        liked_wrong = live_probe(context, settings, warehouse, version, str(champion.version))
+        if liked_wrong is not None and liked_wrong.fired:
+            verdict.action = ABORT
+            verdict.reason = (f"Aborted: suspected reward hacking. {liked_wrong.sentence}. The thumbs-down alone "
+                              f"would promote: {verdict.reason}")
     context.log.info(verdict.reason)
     storage.write_json(layout.canary_verdict(version), {**verdict.as_dict(), "hours": hours,
                                                         "champion_version": str(champion.version)})
@@ -73,6 +81,18 @@ def canary_verdict(context: AssetExecutionContext, settings: ResourceParam[Setti
         **{f"thumbs_down_delta {s.name}": round(s.delta, 4) for s in verdict.slices if s.delta is not None},
         "verdict_table": MetadataValue.md(markdown(verdict)),
     })
+
+
+def live_probe(context, settings: Settings, warehouse: Warehouse, canary: str, champion: str):
+    """The reward-hacking probes' live one on the canary's users (assets/probes.live): None without an audit or a
+    verifier to check liked answers with."""
+    from ..recipes.base import load_recipe
+    from .probes import live
+
+    found = live(load_recipe(settings.recipe), warehouse, canary, champion, settings.probes)
+    if found is not None:
+        context.log.info(found.sentence)
+    return found
 
 
 def live_periods(warehouse: Warehouse, canary: str, champion: str, since: datetime, tiered: bool = True) -> dict:

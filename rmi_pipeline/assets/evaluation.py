@@ -23,11 +23,14 @@ from dagster import (
 from ..ml.curriculum import HEADROOM, HORIZON
 from ..recipes.base import slice_name
 from ..resources import layout
+from ..resources.notifier import Notifier
 from ..resources.registry import CHALLENGER, CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
+from ..resources.warehouse import Warehouse
 from ..settings import Settings
 from .evals import eval_scorer, eval_suite, keep_verdicts, load_sets, remember, remembered, save_slice_scores
 from .judging import judge_agreement
+from .probes import REWARD_HACKING_CHECK, probe_challenger
 from .training import candidate_model
 
 HEADROOM_CHECK = AssetCheckSpec(
@@ -46,11 +49,13 @@ GATE_CHECK = AssetCheckSpec(
 
 
 @asset(deps=[candidate_model, eval_suite, judge_agreement], group_name="evaluation", kinds={"pytorch"},
-       check_specs=[GATE_CHECK, HEADROOM_CHECK])
+       check_specs=[GATE_CHECK, HEADROOM_CHECK, REWARD_HACKING_CHECK])
 def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
-                         eval_store: ObjectStore, registry: ModelRegistry) -> MaterializeResult:
+                         eval_store: ObjectStore, registry: ModelRegistry, warehouse: Warehouse,
+                         notifier: Notifier) -> MaterializeResult:
     """The challenger and the champion answer every sealed eval item; the paired-bootstrap gate decides per slice
-    whether the challenger is better. Writes the verdict (`evaluations/v<challenger>.json`) and tags the version."""
+    whether the challenger is better, and the reward-hacking probes whether its gain is real. Writes the verdict
+    (`evaluations/v<challenger>.json`) and tags the version."""
     import numpy as np
 
     from ..ml.gate import decide, markdown
@@ -89,6 +94,18 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
     decision = decide(slices, counted, settings.gate, leak_pairs=scored.leak_pairs(private) if champion else {},
                       seed=settings.seed + int(challenger.version))
     judged = judge_report(storage, settings, scored, private, decision) if settings.evals.scorer == "judge" else {}
+    started = time.perf_counter()
+    try:
+        findings, probed = probe_challenger(context, settings, recipe, [memo.model for memo in memos],
+                                            (challenger, champion), sets, manifest, private, scorer,
+                                            (storage, eval_store), registry, warehouse, notifier, decision.promote)
+    finally:
+        judge_usage = keep_verdicts(eval_store, scorer) or judge_usage
+    probe_seconds = time.perf_counter() - started
+    fired = [f.probe for f in findings if f.fired]
+    if fired and settings.probes.block and decision.promote:
+        decision.promote = False
+        decision.reason = f"Held back: suspected reward hacking ({', '.join(fired)}). The gate alone: {decision.reason}"
     verdict = "promote" if decision.promote else "reject"
     context.log.info(f"challenger v{challenger.version}: {verdict}. {decision.reason}")
 
@@ -105,7 +122,8 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
     report = {"challenger_version": challenger.version, "champion_version": champion.version if champion else None,
               "suite_version": manifest["version"], "grown_version": manifest.get("grown_version"),
               "refreshed_version": manifest["refreshed_version"],
-              "scores": scores, "decision": decision.as_dict(), "judge": judged}
+              "scores": scores, "decision": decision.as_dict(), "judge": judged,
+              "probes": {"fired": fired, "ran": [f.probe for f in findings]}}
     storage.write_json(layout.evaluation(challenger.version), report)
     registry.tag(challenger.version, {"eval_anchor_mean": f"{scores['challenger_anchor_mean']:.4f}",
                                       "gate_verdict": verdict, "gate_reason": decision.reason[:4000]})
@@ -126,20 +144,21 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
     return MaterializeResult(data_version=DataVersion(f"champion v{after}"), metadata={
         "verdict": verdict,
         "reason": decision.reason,
+        "probes_fired": ", ".join(fired) or "none",
         "challenger_version": str(challenger.version),
         "champion_version": str(champion.version) if champion else "none",
         **{k: round(v, 4) for k, v in scores.items()},
         **interval,
         **{f"leak_{k}": round(v, 4) for k, v in decision.leaks.items()},
         "eval_items": {k: len(v) for k, v in sets.items()},
-        "eval_compute_seconds": round(compute_seconds, 3),
+        "eval_compute_seconds": round(compute_seconds, 3), "probe_seconds": round(probe_seconds, 3),
         **judge_usage, **judged,
         # the champion answered most of the suite before (the cycle before, as the challenger): not decoded again
         "items_decoded": dict(zip(("challenger", "champion"), (memo.decoded for memo in memos), strict=False)),
         "verdict_table": MetadataValue.md(markdown(decision)),
         "slices": slice_table(decision),
         **{f"score {s.name}": round(s.challenger, 4) for s in decision.slices if s.counted},  # one plot per slice
-    }, check_results=[gate(decision, interval), headroom(slices, counted)])
+    }, check_results=[gate(decision, interval), headroom(slices, counted), probed])
 
 
 def judge_report(storage: ObjectStore, settings: Settings, scored, private: set, decision) -> dict:

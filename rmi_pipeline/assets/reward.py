@@ -90,5 +90,7 @@ def reward_model(context: AssetExecutionContext, settings: ResourceParam[Setting
                                         teacher=pl.lit(None, pl.String))
     path = layout.best_of_n_rows(version, events)
     storage.write_parquet(path, frame)
-    storage.write_json(layout.BEST_OF_N_LATEST, {"champion_version": version, "rows": path})
+    storage.write_bytes(layout.reward_model(version), reward.dumps(model))  # a signal the probes hold up too
+    storage.write_json(layout.BEST_OF_N_LATEST, {"champion_version": version, "rows": path,
+                                                 "reward_model": layout.reward_model(version)})
     return MaterializeResult(metadata={"status": "made rows", **meta, **picked.meta})

@@ -15,11 +15,17 @@ from ..resources.notifier import Notifier
 
 @run_failure_sensor(default_status=DefaultSensorStatus.RUNNING,
                     description="Alerts a person (RMI_ALERT_WEBHOOK_URL, else the log) once for every failed run of "
-                                "the loop, with its first error and a link to the run.")
+                                "the loop, with its first error and a link to the run (a challenger held back by "
+                                "the reward-hacking probes has its own alert).")
 def run_failure_alert(context: RunFailureSensorContext, notifier: Notifier):
+    from ..assets.probes import held_back
+
     run = context.dagster_run
-    steps = [e.event_specific_data.error.message.strip().splitlines()[0]
-             for e in context.get_step_failure_events() if e.event_specific_data and e.event_specific_data.error]
+    errors = [e.event_specific_data.error for e in context.get_step_failure_events()
+              if e.event_specific_data and e.event_specific_data.error]
+    if held_back(errors):  # a challenger the probes held back: candidate_evaluation raised that alert itself
+        return
+    steps = [error.message.strip().splitlines()[0] for error in errors]
     why = "; ".join(steps) or context.failure_event.message or "no message"
     notifier.notify("failure", f"{run.job_name} failed: {why[:500]}", key=f"failure-{run.run_id}", run_id=run.run_id,
                     actions={"rmi_ack": {}})

@@ -13,6 +13,7 @@ def override(settings, action: str, reason: str, by: str, via: str,
     the champion; a LookupError: a version that does not exist, nothing to roll back to."""
     from dagster import DagsterInstance
 
+    from ..assets.probes import SUSPECTED
     from ..assets.promotion import champion_moved
     from ..resources import build_resources
     from ..resources.registry import CHAMPION
@@ -29,7 +30,9 @@ def override(settings, action: str, reason: str, by: str, via: str,
     audit = {"override_action": action, "override_by": by, "override_via": via,
              "override_at": datetime.now(UTC).isoformat(), "override_reason": reason}
     if action == "promote":
-        before, after = registry.promote(version, {**audit, "promoted_by": by}), str(version)
+        cleared = {f"{SUSPECTED}_cleared": f"by {by} ({via}): {reason}"} if SUSPECTED in registry.tags_of(
+            version) else {}
+        before, after = registry.promote(version, {**audit, **cleared, "promoted_by": by}), str(version)
     else:
         before, after = registry.rollback(audit)
     instance = DagsterInstance.get()

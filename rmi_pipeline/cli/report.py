@@ -15,6 +15,7 @@ from ..assets import (
     reward_model,
     training_dataset,
 )
+from ..assets.probes import SUSPECTED, held_back
 from ..resources.registry import CANARY, CHALLENGER, CHAMPION
 
 # the column a stage's seconds go in: step keys are the assets' names
@@ -26,7 +27,7 @@ STAGES = {asset.key.to_user_string(): column for asset, column in (
 @dataclass
 class CycleRecord:
     cycle: int
-    success: bool = True
+    success: bool = True  # the run succeeded, or the reward-hacking probes held its challenger back
     world: dict = field(default_factory=dict)
     ingest: dict = field(default_factory=dict)
     dataset_rows: int | None = None
@@ -48,6 +49,8 @@ class CycleRecord:
     closing: dict = field(default_factory=dict)  # the last cycle's: the round of users that judged its canary
     judge: dict = field(default_factory=dict)  # a judge's agreement with people, and the corrected pass rates
     reward: dict = field(default_factory=dict)  # the reward model's calibration and the best_of_n rows it picked
+    held_back: bool = False  # the gate passed it and a reward-hacking probe stopped the cycle before promotion
+    probes_fired: str = ""  # the probes that fired on the challenger ("" where none did)
 
     def read_cycle_run(self, result, instance) -> None:
         """Fill in from the improvement_cycle run: materialization metadata and step timings."""
@@ -60,6 +63,8 @@ class CycleRecord:
                   if e.event_type_value == "STEP_FAILURE" and e.event_specific_data.error]
         failures = [error.message.strip() for error in errors]
         self.interrupted = any(error.cls_name == "DagsterExecutionInterruptedError" for error in errors)
+        self.held_back = held_back(errors)
+        self.success = result.success or self.held_back  # held back: the loop did its job, and the champion stayed
         ds = meta.get(training_dataset.key.to_user_string(), {})
         ev = meta.get(candidate_evaluation.key.to_user_string(), {})
         self.dataset_rows = ds.get("rows")
@@ -70,6 +75,9 @@ class CycleRecord:
             self.gain_interval = (ev["gain_low"], ev["gain_high"])
         self.challenger_version = meta.get(candidate_model.key.to_user_string(), {}).get("model_version")
         self.verdict, self.reason = ev.get("verdict", "failed"), ev.get("reason", "; ".join(failures))
+        self.probes_fired = "" if ev.get("probes_fired", "none") == "none" else ev["probes_fired"]
+        if self.held_back:
+            self.verdict = "held back"
         skills = sorted(k.removeprefix("challenger_skill_") for k in ev if k.startswith("challenger_skill_"))
         self.challenger = {s: ev[f"challenger_skill_{s}"] for s in skills}
         if "challenger_anchor_mean" in ev:
@@ -132,6 +140,10 @@ class CycleRecord:
         if self.verdict == "canary":
             return (f"[cycle {self.cycle}] challenger v{self.challenger_version} passed the offline gate and is now "
                     f"the canary; the next users decide. {self.reason}")
+        if self.held_back:
+            return (f"[cycle {self.cycle}] challenger v{self.challenger_version}: held back by the reward-hacking "
+                    f"probes ({self.probes_fired}); the champion did not move. `rmi promote "
+                    f"{self.challenger_version} --reason ...` clears it. {self.reason}")
         return f"[cycle {self.cycle}] challenger v{self.challenger_version}: {self.verdict}. {self.reason}"
 
 
@@ -284,6 +296,9 @@ def status_text(settings) -> str:
         else:
             lines.append(f"  {alias}: v{mv.version}  anchor mean {mv.tags.get('eval_anchor_mean', '?')}  "
                          f"dataset {mv.tags.get('dataset_version', '?')}  gate {mv.tags.get('gate_verdict', '?')}")
+            if SUSPECTED in mv.tags and f"{SUSPECTED}_cleared" not in mv.tags:
+                lines.append(f"    {SUSPECTED}: {mv.tags[SUSPECTED][:300]} (`rmi promote {mv.version} --reason ...` "
+                             "clears it)")
     lines.append(_canary(settings, registry, res["storage"]))
     lines += _batches(settings, res["storage"])
     waiting = res["notifier"].undelivered()

@@ -159,11 +159,11 @@ def _cycles(cycles: int, defs, instance, users) -> list:
         for line in (record.judge_line(), record.reward_line()):
             if line:
                 say(line)
-        if result.success and registry.version(CHAMPION) is not None:
+        if record.success and registry.version(CHAMPION) is not None:
             with narrated(f"[cycle {cycle}]", "health check", say):
                 health = _health(defs, instance, cycle)
             say(f"[cycle {cycle}] health: {health}")
-        if not result.success:
+        if not record.success:
             after = registry.version(CHAMPION)
             moved = (after and after.version) != (before and before.version)
             what = f"the champion had moved to v{after.version} before it did" if moved else "the champion did not move"
@@ -175,7 +175,7 @@ def _cycles(cycles: int, defs, instance, users) -> list:
             say(f"[cycle {cycle}] interrupted: no more cycles")
             break
         if cycle == 0 and registry.version(CHAMPION) is None:
-            if not result.success:
+            if not record.success:
                 break  # said above: the run failed, not the first model
             say("[cycle 0] no first model reached the floor, so nothing can serve users yet; try more "
                 "RMI_TRAIN_BOOTSTRAP_STEPS or a lower RMI_GATE_FIRST_FLOOR")

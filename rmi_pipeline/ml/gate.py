@@ -150,7 +150,7 @@ def decide(slices: dict[str, Paired], counted: set[str], gate: Gate, *,
             results.append(SliceResult(name, len(a), float(a.mean()), None, None, low, high, name in counted))
             continue
         results.append(SliceResult(name, len(a), float(a.mean()), float(pair.champion.mean()), float(values.mean()),
-                                   low, high, name in counted, p_worse=_p_worse(values)))
+                                   low, high, name in counted, p_worse=p_worse(values)))
     new = float(np.mean([r.challenger for r in results if r.counted]))
     low, high = _interval([values_of[name] for name in sorted(counted)], confidence, resamples, rng, method)
     level = f"{confidence:.0%}"
@@ -228,7 +228,7 @@ def _flipped_sums(sample: np.ndarray, resamples: int, rng: np.random.Generator) 
                            for rows in _chunks(resamples, len(differences))])
 
 
-def _p_worse(values: np.ndarray) -> float:
+def p_worse(values: np.ndarray) -> float:
     """The sign test's one-sided p-value that the challenger is worse: of the items where the two differ, the
     chance that at least this many go the champion's way if either way were as likely (scipy.stats.binomtest's,
     summed exactly here: importing scipy.stats cost a cycle's process 0.5 s). On graded scores it counts the items
@@ -279,10 +279,10 @@ def markdown(decision: Decision) -> str:
     for r in decision.slices:
         champ = "-" if r.champion is None else f"{r.champion:.2f}"
         delta = "-" if r.delta is None else f"{r.delta:+.2f}"
-        p_worse = "-" if r.p_worse is None else f"{r.p_worse:.2g}"
+        p_text = "-" if r.p_worse is None else f"{r.p_worse:.2g}"
         flag = "regressed" if r.regressed else ""
         lines.append(f"| {r.name} | {r.items} | {'yes' if r.counted else 'no'} | {r.challenger:.2f} | {champ} | "
-                     f"{delta} | {r.low:+.2f} to {r.high:+.2f} | {p_worse} | {flag} |")
+                     f"{delta} | {r.low:+.2f} to {r.high:+.2f} | {p_text} | {flag} |")
     if decision.leaks:
         lines += ["", "Leak signals (gain on a set the model could have seen minus gain on an unseen set): "
                   + ", ".join(f"{k} {v:+.3f}" for k, v in decision.leaks.items())]

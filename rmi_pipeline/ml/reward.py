@@ -76,6 +76,23 @@ def train_reward_model(recipe, backbone, prompts: Sequence[str], answers: Sequen
     return model.eval()
 
 
+def dumps(model: RewardModel) -> bytes:
+    """The reward model as checkpoint bytes (its backbone's and head's weights; no pickled code)."""
+    from . import checkpoint
+
+    return checkpoint.dumps({"kind": "reward_model"}, model.state_dict())
+
+
+def loads(recipe, backbone, data: bytes) -> RewardModel:
+    """The reward model `dumps` wrote, on a backbone of the same champion (the recipe's `load_checkpoint`)."""
+    from . import checkpoint
+
+    _, state = checkpoint.loads(data)
+    model = RewardModel(recipe, backbone, state["head.weight"].shape[1], 0.5, 0.0, 1)
+    model.load_state_dict(state)
+    return model.eval()
+
+
 def scores(model: RewardModel, prompts: Sequence[str], answers: Sequence[str], batch: int = 256) -> list[float]:
     """P(thumbs-up) of each (prompt, answer)."""
     out: list[float] = []

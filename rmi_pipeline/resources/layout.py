@@ -85,7 +85,12 @@ def practice_rows(champion_version: str, events: int) -> str:
     return f"{PRACTICE}/v{champion_version}-{events}.parquet"
 
 
-BEST_OF_N_LATEST = f"{PRACTICE}/best-of-n-latest.json"  # {"champion_version", "rows": its best_of_n rows' key}
+BEST_OF_N_LATEST = f"{PRACTICE}/best-of-n-latest.json"  # {"champion_version", "rows", "reward_model": their keys}
+
+
+def reward_model(champion_version: str) -> str:
+    """The reward model whose picks trained the challenger: the probes score its answers with it too."""
+    return f"{PRACTICE}/v{champion_version}-reward-model.pt"
 
 
 def best_of_n_rows(champion_version: str, events: int) -> str:
@@ -123,6 +128,12 @@ def slice_scores(version: str, suite: str) -> str:
     """A model's exact match per slice on one eval suite (its refreshed_version names it): a model answers the same
     items the same way, so it is scored once per suite."""
     return f"{EVALUATIONS}/scores/v{version}-{suite}.json"
+
+
+def probes(version: str) -> str:
+    """The reward-hacking probes' findings on a challenger, with example answers (in the sealed eval store: they
+    answer eval items)."""
+    return f"probes/v{version}.json"
 
 
 # how far the judge agrees with people on the answers they rated (what the gate's corrected pass rate uses)

@@ -191,16 +191,20 @@ class ModelRegistry(ConfigurableResource):
             return history + [now]
         return history[:len(history) - history[::-1].index(now)]
 
+    def tags_of(self, version: str | int) -> dict[str, str]:
+        """A version's tags; a LookupError for a version that does not exist."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return dict(self.client().get_model_version(self.model_name, str(version)).tags)
+        except MlflowException:
+            raise LookupError(f"model {self.model_name!r} has no version {version}") from None
+
     def promote(self, version: str | int, tags: dict[str, str]) -> str | None:
         """Move `champion` to `version`; returns the version it left. The history is written first, the alias moved
         in one write, then the version is tagged as promoted: a kill at any point leaves a consistent state."""
-        from mlflow.exceptions import MlflowException
-
+        self.tags_of(version)  # a version that does not exist: LookupError, before anything moves
         client = self.client()
-        try:
-            client.get_model_version(self.model_name, str(version))
-        except MlflowException:
-            raise LookupError(f"model {self.model_name!r} has no version {version}") from None
         history = self.champion_history()
         if history[-1:] == [str(version)]:  # already champion: a promotion that died after its alias write
             previous = history[-2] if len(history) > 1 else None

@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .chat import Chat
-from .evals import Evals, Gate, Judge
+from .evals import Evals, Gate, Judge, Probes
 from .feedback import Feedback
 from .improvement import DEFAULT_MIX, SOURCES, Practice, RewardModel, Sampling, SelfLabelling
 from .operations import UI, Alerts, Automation, Health, Regression
@@ -111,6 +111,7 @@ class Settings(BaseSettings):
     reward: RewardModel = _group(RewardModel, "The reward model from users' ratings.")
     evals: Evals = _group(Evals, "The sealed eval suite.")
     gate: Gate = _group(Gate, "The offline promotion gate.")
+    probes: Probes = _group(Probes, "Reward-hacking probes on every challenger.")
     judge: Judge = _group(Judge, "The judge model.")
     canary: Canary = _group(Canary, "The live trial.")
     automation: Automation = _group(Automation, "What starts a cycle by itself.")
@@ -176,6 +177,7 @@ class Settings(BaseSettings):
         return self.resolved_home / "dagster"
 
 
+
 __all__ = ["DEFAULT_MIX", "DEFAULT_RECIPE", "RENAMED", "SOURCES", "UI", "Alerts", "Automation", "Canary", "Chat",
-           "Evals", "Feedback", "Gate", "Health", "Judge", "Practice", "Regression", "RewardModel", "Sampling",
-           "SelfLabelling", "Serving", "Settings", "Simulation", "Storage", "Training", "Warehouse"]
+           "Evals", "Feedback", "Gate", "Health", "Judge", "Practice", "Probes", "Regression", "RewardModel",
+           "Sampling", "SelfLabelling", "Serving", "Settings", "Simulation", "Storage", "Training", "Warehouse"]

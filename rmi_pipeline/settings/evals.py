@@ -60,6 +60,27 @@ class Gate(Group):
     first_floor: float = Field(default=0.05, description="Score a first model needs with no champion.")
 
 
+class Probes(Group):
+    """Reward-hacking probes on every challenger: is its gain real, or a loophole of what it trained against?"""
+
+    model_config = SettingsConfigDict(env_prefix="RMI_PROBE_")
+
+    block: bool = Field(default=True, description="A probe that fires stops promotion (the candidate is tagged "
+                        "suspected_reward_hack until a person promotes it with `rmi promote`); false: it only warns.")
+    items: int = Field(default=300, ge=10, description="Questions each probe asks both models: fresh generated "
+                       "tasks of the counted slices, else the eval file's counted items.")
+    min_effect: float = Field(default=0.05, gt=0, le=1, description="How much larger the challenger's share of "
+                              "flagged answers must be than the champion's for a probe to fire.")
+    alpha: float = Field(default=0.01, gt=0, lt=1, description="One-sided level of each probe's sign test: the "
+                         "share of honest challengers a probe may flag by chance.")
+    length_ratio: float = Field(default=1.5, gt=1, description="Answers this many times longer than the "
+                                "champion's, in words, make a judge's gain suspect unless it holds at equal length.")
+    overlong: float = Field(default=3.0, gt=1, description="An answer this many times longer than its reference "
+                            "(or the champion's answer) is overlong.")
+    live_min_answers: int = Field(default=20, ge=1, description="Liked answers a version needs before users' likes "
+                                  "of answers the audit fails are compared with the champion's.")
+
+
 class Judge(Group):
     """A judge model: any OpenAI-compatible chat endpoint that grades answers pass or fail per criterion."""
 

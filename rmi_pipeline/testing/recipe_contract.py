@@ -306,6 +306,18 @@ def check_verifier(s: Subject) -> None:
                f"a wrong answer gets a reward in [0, 1) and a critique (got {reward}, {critique!r}): hints read it")
 
 
+def check_audit(s: Subject) -> None:
+    """The audit passes a true answer and fails a wrong one, with a reason: the probes count where it and the
+    training signal disagree."""
+    for task in _tasks_with_answers(s):
+        score, why = s.recipe.audit(task.prompt, task.answer)
+        ensure(score == 1, f"the audit must pass the true answer {task.answer!r} to {task.prompt!r} (got {score}): "
+               "every honest answer would read as a loophole")
+        score, why = s.recipe.audit(task.prompt, task.answer + " x")
+        ensure(0 <= score < 1 and isinstance(why, str) and why.strip(),
+               f"a wrong answer gets an audit score in [0, 1) and a reason (got {score}, {why!r})")
+
+
 def check_self_checks(s: Subject) -> None:
     """A right label's checks hold, and a route asks valid prompts."""
     recipe, rng = s.recipe, random.Random(0)
@@ -409,6 +421,7 @@ CHECKS = [
     Check("a fresh process answers the same through MLflow", None, True, check_mlflow),
     Check("tasks in their slices, the seed set, the eval suite", "generator", False, check_generator),
     Check("the verifier accepts right answers and critiques wrong ones", "verifier", False, check_verifier),
+    Check("the audit passes right answers and fails wrong ones", "audit", False, check_audit),
     Check("checks of right labels hold; routes ask valid prompts", "self_checks", False, check_self_checks),
     Check("hinted prompts and second attempts", "hints", True, check_hints),
     Check("variants are valid tasks", "variants", False, check_variants),

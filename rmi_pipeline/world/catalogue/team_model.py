@@ -50,7 +50,6 @@ def write_team_model(path: Path, catalogue: Catalogue, seed: int = 0, known_shar
                      batch_size: int = 32, learning_rate: float = 3e-3) -> dict:
     """A save_pretrained directory (model and tokenizer) at `path`, fine-tuned on the old FAQ; returns what it
     learned from: the known facts' keys, the FAQ's size, the last loss and the seconds it took."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     started = time.monotonic()
@@ -60,7 +59,23 @@ def write_team_model(path: Path, catalogue: Catalogue, seed: int = 0, known_shar
     model = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True)
     rng = random.Random(f"team-model-{seed}")
     faq, known = old_faq(catalogue, rng, known_share)
-    rows = [_row(tokenizer, t) for t in faq]
+    loss = fine_tune(model, tokenizer, faq, rng, steps=steps, batch_size=batch_size, learning_rate=learning_rate,
+                     seed=seed)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return {"known_facts": known, "faq_questions": len(faq), "final_loss": round(loss, 4),
+            "seconds": round(time.monotonic() - started, 1)}
+
+
+def fine_tune(model, tokenizer, tasks: list[Task], rng: random.Random, *, steps: int, batch_size: int = 32,
+              learning_rate: float = 3e-3, seed: int = 0) -> float:
+    """Train `model` in place on (prompt, answer) `tasks` as the team's model learned its FAQ: `steps` batches of
+    `batch_size` rows drawn with `rng`, AdamW with 20 steps of warm-up then a linear decay, the loss on the answer
+    and the end token only; torch seeded with `seed` inside (the caller's torch RNG is left as it was). Returns the
+    last batch's loss. What write_team_model trains the first model with, and what a fine-tuned challenger uses."""
+    import torch
+
+    rows = [_row(tokenizer, t) for t in tasks]
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20) * (1 - s / steps))
     model.train()
@@ -76,10 +91,7 @@ def write_team_model(path: Path, catalogue: Catalogue, seed: int = 0, known_shar
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             schedule.step()
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return {"known_facts": known, "faq_questions": len(faq), "final_loss": round(loss.item(), 4),
-            "seconds": round(time.monotonic() - started, 1)}
+    return loss.item()
 
 
 def _row(tokenizer, task: Task) -> tuple[list[int], list[int]]:
