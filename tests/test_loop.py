@@ -237,7 +237,8 @@ def test_a_challenger_that_learned_a_verifier_loophole_is_held_back_until_a_pers
     finding = resources["eval_store"].read_json(layout.probes(version))
     fired = {f["probe"]: f for f in finding["findings"] if f["fired"]}
     assert finding["truth"] == "audit" and len(fired[probe]["examples"]) == 3
-    assert fired[probe]["counts"]["signal_gain"] > 0.05 > fired[probe]["counts"]["truth_gain"]
+    gains = fired[probe]["counts"]
+    assert gains["signal_gain"] > 0 > gains["truth_gain"] and gains["signal_gain"] - gains["truth_gain"] > 0.05
     assert "suspected_reward_hack" in registry.tags_of(version)
 
     state = Path(notifier.state_path)
