@@ -54,7 +54,7 @@ class CycleRecord:
 
     def read_cycle_run(self, result, instance) -> None:
         """Fill in from the improvement_cycle run: materialization metadata and step timings."""
-        self.success, self.run_id = result.success, result.run_id
+        self.run_id = result.run_id
         meta = {}
         for event in result.get_asset_materialization_events():
             meta[event.asset_key.to_user_string()] = {k: v.value for k, v in
