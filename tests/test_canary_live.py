@@ -15,7 +15,7 @@ from webhook import serve_hook
 from rmi_pipeline.assets import canary_verdict, champion
 from rmi_pipeline.assets.promotion import STARTED_AT
 from rmi_pipeline.resources import build_resources, layout
-from rmi_pipeline.resources.registry import CANARY, CHAMPION
+from rmi_pipeline.resources.registry import CANARY, CHAMPION, FAST
 from rmi_pipeline.serving.routing import in_canary
 from rmi_pipeline.settings import Settings
 
@@ -136,6 +136,38 @@ def test_a_canary_users_rate_as_well_as_the_champion_is_promoted(canary_env):
     assert registry.champion_history()[-2:] == ["1", "2"]
     tags = registry.client().get_model_version(registry.model_name, "2").tags
     assert tags["promoted_by"] == "canary" and tags["canary_outcome"] == "promoted"
+
+
+def test_a_derivative_on_trial_for_fast_meets_only_fast_users_and_their_thumbs_move_fast_to_it(canary_env, monkeypatch):
+    """A canary tagged for `fast` answers its share of a gateway of fast (RMI_SERVE_MODEL=fast), never the champion's
+    users; its verdict compares it with fast's version and moves `fast`, leaving the champion where it was."""
+    from rmi_pipeline.assets.promotion import serving_gateways
+
+    settings, resources, alerted = canary_env
+    registry, storage = resources["registry"], resources["storage"]
+    registry.point(FAST, "1", {"promoted_by": "test"})
+    registry.start_canary("2", {STARTED_AT: str(time.time())}, for_alias=FAST)
+    try:
+        with gateway_in_thread(settings) as url, httpx.Client(base_url=url, timeout=30) as http:
+            assert "canary_version" not in http.get("/readyz").json()  # not on trial for the champion
+            assert {http.post("/v1/answers", json={"prompts": ["1+1="], "user_id": u}).json()["answers"][0]
+                    ["model_version"] for u in USERS} == {"1"}
+        monkeypatch.setenv("RMI_SERVE_MODEL", "fast")
+        with gateway_in_thread(Settings()) as url:
+            assert httpx.get(f"{url}/readyz").json()["alias"] == FAST
+            wait_for_canary(url, "2")
+            assert [g["alias"] for g in serving_gateways(storage, FAST)] == [FAST] and not serving_gateways(storage)
+            met = ask_and_rate(url, down_on_canary=False)
+            assert all(versions == {"2" if in_canary(u, "2", SHARE) else "1"} for u, versions in met.items())
+            warehouse_events(settings)
+        meta = verdict(settings, resources)
+        assert meta["verdict"] == "promote" and meta["canary_for"] == FAST and meta["fast_version"] == "1"
+        assert meta["alias_moved"] == "fast: v1 -> v2"
+        assert str(registry.version(FAST).version) == "2" and registry.version(CANARY) is None
+        assert str(registry.version(CHAMPION).version) == "1" and registry.champion_history()[-1] == "1"
+        assert any(b["text"].startswith("[rmi promotion] fast v1 -> v2 after its canary") for b in alerted)
+    finally:
+        registry.client().delete_registered_model_alias(registry.model_name, FAST)
 
 
 def test_in_shadow_the_challenger_answers_every_request_unseen_and_its_agreement_is_measured(served, monkeypatch):

@@ -127,6 +127,14 @@ def test_requests_slack_did_not_sign_or_that_are_replayed_are_refused_and_nothin
     (ALLOWED, "rollback", "rollback needs a reason"),
     (ALLOWED, "cycle bogus/x", "not a slice of this recipe: bogus/x"),
     (ALLOWED, "canary abort it looks bad", "no canary is on trial"),
+    (STRANGER, "generation small", "slack:U0STRANGER (name-U0STRANGER) may not `generation`"),
+    (STRANGER, "stop generation it costs too much", "slack:U0STRANGER (name-U0STRANGER) may not `stop`"),
+    (ALLOWED, "generation", "generation needs one size"),
+    (ALLOWED, "generation <!channel>", "not a model size: '&lt;!channel&gt;'"),
+    (ALLOWED, "derivative", "a derivative needs a size"),  # RMI_DERIVATIVE_SIZE is unset
+    (ALLOWED, "stop everything", "stop what?"),
+    (ALLOWED, "stop derivative", "stop derivative needs a reason"),
+    (ALLOWED, "stop derivative it is too slow", "no derivative run is queued or running: nothing was stopped"),
 ])
 def test_a_refused_request_says_why_is_audited_and_moves_nothing(chat, user, text, refusal):
     before, history = champion(chat), chat["registry"].champion_history()
@@ -235,6 +243,56 @@ def test_a_canary_aborted_from_chat_ends_its_trial_and_says_so_in_the_registry_a
     assert tags["canary_outcome"] == "aborted" and tags["override_via"] == "Slack"
     [event] = DagsterInstance.get().fetch_materializations(canary_verdict.key, limit=1).records
     assert event.asset_materialization.metadata["verdict"].value == "abort"
+
+
+def test_a_new_generation_and_a_derivative_start_from_chat_show_in_status_and_stop_from_chat(chat):
+    from dagster import DagsterInstance, DagsterRunStatus
+
+    from rmi_pipeline.definitions import build_definitions
+
+    instance, who = DagsterInstance.get(), f"slack:{ALLOWED} (name-{ALLOWED})"
+
+    def run(reply) -> object:
+        run_id = reply["blocks"][-1]["elements"][0]["text"].split("Dagster run ")[1].rstrip(">")
+        [found] = [r for r in instance.get_runs() if r.run_id.startswith(run_id)]
+        return found
+
+    # a run holding the one run slot (dagster.yaml), so that what chat launches stays queued until it is stopped
+    holder = instance.create_run_for_job(build_definitions(chat["settings"]).resolve_job_def("health_check"),
+                                         status=DagsterRunStatus.STARTED)
+    try:
+        _, reply = command(chat, "generation small")
+        assert reply["response_type"] == "in_channel"
+        assert reply["text"].startswith(f"Started a new generation at size small, taught by champion "
+                                        f"v{champion(chat)}, for {who}: run ")
+        generation = run(reply)
+        assert generation.job_name == "improvement_cycle" and generation.status == DagsterRunStatus.QUEUED
+        assert generation.run_config["ops"]["candidate_model"]["config"] == {"size": "small", "taught": True}
+        assert {k: generation.tags[k] for k in ("rmi/trigger", "rmi/generation_size", "rmi/requested_by")} == {
+            "rmi/trigger": "generation", "rmi/generation_size": "small", "rmi/requested_by": who}
+        derivative = run(command(chat, "derivative micro")[1])
+        assert derivative.job_name == "derivative" and derivative.tags["rmi/derivative_size"] == "micro"
+        assert derivative.run_config["ops"]["fast_candidate"]["config"] == {"size": "micro", "taught": True}
+        _, shown = command(chat, "status")
+        listed = next(b["text"]["text"] for b in shown["blocks"]
+                      if b["text"]["text"].startswith("*New generations and derivatives*"))
+        assert f"|{derivative.run_id[:8]}> derivative at size micro: queued, started by {who}" in listed
+        assert f"|{generation.run_id[:8]}> new generation at size small: queued, started by {who}" in listed
+        _, reply = command(chat, "stop generation the budget is better spent on data")
+        assert reply["text"] == (f"Stopped generation run {generation.run_id[:8]} (queued), by {who}: the budget is "
+                                 "better spent on data")
+        assert instance.get_run_by_id(generation.run_id).status == DagsterRunStatus.CANCELED
+        assert instance.get_run_by_id(derivative.run_id).status == DagsterRunStatus.QUEUED  # another kind: kept
+        _, refused = command(chat, "stop generation again")
+        assert refused["text"] == ":x: no generation run is queued or running: nothing was stopped"
+        command(chat, "stop derivative not today")
+        assert instance.get_run_by_id(derivative.run_id).status == DagsterRunStatus.CANCELED
+    finally:
+        instance.delete_run(holder.run_id)
+    acted = [(a["text"], a["outcome"]) for a in audited(chat)[-5:]]
+    assert acted == [("generation small", "done"), ("derivative micro", "done"),
+                     ("stop generation the budget is better spent on data", "done"),
+                     ("stop generation again", "refused"), ("stop derivative not today", "done")]
 
 
 def test_untrusted_text_cannot_mention_the_channel_or_forge_a_link_in_a_reply(chat):

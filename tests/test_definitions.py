@@ -72,8 +72,9 @@ def test_every_asset_has_owners_and_links_to_the_code_that_makes_it(monkeypatch)
 
 def test_only_evaluation_assets_hold_the_sealed_eval_store():
     holders = {a.key.to_user_string() for a in defs.assets if "eval_store" in a.required_resource_keys}
-    # judge_agreement for the judge's cached verdicts only: they quote eval items, so they stay sealed too
-    assert holders == {"eval_suite", "judge_agreement", "candidate_evaluation", "champion_health"}
+    # judge_agreement for the judge's cached verdicts only: they quote eval items, so they stay sealed too;
+    # fast_model judges a derivative on the sealed eval as candidate_evaluation judges a challenger
+    assert holders == {"eval_suite", "judge_agreement", "candidate_evaluation", "champion_health", "fast_model"}
 
 
 def test_jobs_and_sensor_are_defined():
@@ -81,6 +82,8 @@ def test_jobs_and_sensor_are_defined():
     assert defs.resolve_sensor_def("new_feedback_sensor").job_name == "ingest_feedback"
     assert defs.resolve_sensor_def("enough_feedback_sensor").job_name == "improvement_cycle"
     assert defs.resolve_sensor_def("regression_sensor").job_name == "improvement_cycle"
+    assert defs.resolve_sensor_def("generation_sensor").job_name == "improvement_cycle"
+    assert defs.resolve_sensor_def("derivative_sensor").job_name == "derivative"
     schedule = defs.resolve_schedule_def("health_schedule")
     assert schedule.cron_schedule == "0 * * * *" and schedule.job_name == "health_check"
 

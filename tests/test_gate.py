@@ -144,7 +144,7 @@ def test_the_gate_s_statistics_are_scipy_s_without_importing_scipy_stats():
 
     from scipy.stats import binomtest, bootstrap, false_discovery_control
 
-    from rmi_pipeline.ml.gate import _benjamini_hochberg, _interval, p_worse
+    from rmi_pipeline.ml.gate import _benjamini_hochberg, interval, p_worse
 
     for n, worse in [(1, 1), (10, 7), (100, 60), (3000, 1550), (40, 0)]:
         values = np.array([-1.0] * worse + [1.0] * (n - worse) + [0.0] * 5)
@@ -154,7 +154,7 @@ def test_the_gate_s_statistics_are_scipy_s_without_importing_scipy_stats():
     assert _benjamini_hochberg(list(p)) == pytest.approx(false_discovery_control(p, method="bh"))
     rng = np.random.default_rng(1)
     samples = [rng.choice([-1.0, 0.0, 1.0], p=[0.1, 0.7, 0.2], size=150) for _ in range(12)]
-    ours = _interval(samples, 0.98, 4000, np.random.default_rng(2), "percentile")
+    ours = interval(samples, 0.98, 4000, np.random.default_rng(2), "percentile")
     theirs = bootstrap(samples, lambda *s, axis=-1: np.mean([x.mean(axis=axis) for x in s], axis=0), n_resamples=4000,
                        confidence_level=0.98, method="percentile", vectorized=True, paired=False,
                        rng=np.random.default_rng(2)).confidence_interval
@@ -208,7 +208,7 @@ def test_graded_scores_get_the_same_tests_as_0_1_scores():
     item gives scipy's percentile interval: graded scores are tested as 0/1 scores are, only drawn another way."""
     from scipy.stats import bootstrap
 
-    from rmi_pipeline.ml.gate import _interval, _p_chance
+    from rmi_pipeline.ml.gate import _p_chance, interval
 
     n, better = 400, 215  # +1 on 215 items, -1 on 185: each size nudged apart so that no two share a binomial draw
     sample = np.where(np.arange(n) < better, 1.0, -1.0) * (1 - 1e-9 * np.arange(n))
@@ -217,7 +217,7 @@ def test_graded_scores_get_the_same_tests_as_0_1_scores():
     assert _p_chance([sample], gain, 40_000, np.random.default_rng(0)) == pytest.approx(exact, abs=0.005)
     rng = np.random.default_rng(1)
     samples = [rng.beta(2, 3, size=300) - rng.beta(2, 3, size=300) for _ in range(4)]
-    ours = _interval(samples, 0.98, 4000, np.random.default_rng(2), "percentile")
+    ours = interval(samples, 0.98, 4000, np.random.default_rng(2), "percentile")
     theirs = bootstrap(samples, lambda *s, axis=-1: np.mean([x.mean(axis=axis) for x in s], axis=0), n_resamples=4000,
                        confidence_level=0.98, method="percentile", vectorized=True, paired=False,
                        rng=np.random.default_rng(2)).confidence_interval

@@ -72,8 +72,8 @@ def test_a_rising_thumbs_down_rate_regresses_and_starts_targeted_cycles_until_th
             k: v for k, v in first.items() if k.startswith("eval ")}
 
         request = tick()
-        assert request.run_config["ops"] == {"candidate_model": {"config": {"focus": ["add/3"], "focus_weight": 4.0,
-                                                                            "steps_multiplier": 2.0}}}
+        assert request.run_config["ops"] == {"candidate_model": {"config": {
+            "focus": ["add/3"], "focus_weight": 4.0, "steps_multiplier": 2.0, "size": "", "taught": True}}}
         assert request.tags["rmi/trigger"] == "regression" and request.tags["rmi/attempt"] == "1"
         for attempt in range(2):  # two targeted cycles ran (and their challengers failed the gate)
             instance.add_run(DagsterRun(job_name="improvement_cycle", status=DagsterRunStatus.SUCCESS,

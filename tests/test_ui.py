@@ -15,5 +15,6 @@ def test_ui_shows_the_graph_and_the_runs_of_the_loop(loop_home, tmp_path):
     assert jobs.count("improvement_cycle") >= 2 and "ingest_feedback" in jobs
     assert {s["name"]: s["sensorState"]["status"] for s in sensors} == {
         name: "RUNNING" for name in ("new_feedback_sensor", "enough_feedback_sensor", "regression_sensor",
-                                     "canary_sensor", "health_after_ingest", "health_after_cycle",
+                                     "canary_sensor", "generation_sensor", "derivative_sensor",
+                                     "health_after_ingest", "health_after_cycle",
                                      "run_failure_alert", "alert_outbox", "dead_run_sensor")}

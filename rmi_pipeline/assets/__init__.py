@@ -2,6 +2,7 @@
 
 from .canary import canary_verdict
 from .dataset import training_dataset
+from .derivative import fast_candidate, fast_model
 from .evals import eval_suite
 from .evaluation import candidate_evaluation
 from .feedback import feedback_batch, feedback_events
@@ -15,4 +16,5 @@ from .training import candidate_model
 FEEDBACK = [feedback_batch, feedback_events]
 CYCLE = [eval_suite, judge_agreement, practice, reward_model, training_dataset, candidate_model, candidate_evaluation,
          champion]
-ALL = FEEDBACK + CYCLE + [canary_verdict, champion_health]
+DERIVATIVE = [fast_candidate, fast_model]
+ALL = FEEDBACK + CYCLE + DERIVATIVE + [canary_verdict, champion_health]

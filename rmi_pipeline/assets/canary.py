@@ -1,11 +1,13 @@
-"""canary_verdict: the live A/B between the canary and the champion, and the alias move that follows.
+"""canary_verdict: the live A/B between the canary and the alias it is on trial to take, and the alias move that
+follows.
 
 With RMI_PROMOTION=canary a challenger that passes the offline gate is not promoted yet: `champion` points the
-alias `canary` at it, and the gateway answers RMI_CANARY_SHARE of users with it (sticky per user). This asset
-judges the canary on what those users said (ml/canary.py): promote (the champion alias moves to it, one write),
-abort (the canary alias is removed, every user is back on the champion, a person is alerted once with the
-evidence), or wait for more rated answers. canary_sensor runs it after each ingest while a canary is on trial,
-and once more when RMI_CANARY_MAX_HOURS have passed.
+alias `canary` at it, and the gateways of the champion answer RMI_CANARY_SHARE of users with it (sticky per user).
+A derivative is trialled the same way for `fast` (its canary_for tag names the alias; absent, the champion). This
+asset judges the canary on what those users said (ml/canary.py): promote (that alias moves to it, one write),
+abort (the canary alias is removed, every user is back on that alias, a person is alerted once with the evidence),
+or wait for more rated answers. canary_sensor runs it after each ingest while a canary is on trial, and once more
+when RMI_CANARY_MAX_HOURS have passed.
 """
 
 import time
@@ -15,7 +17,7 @@ from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, Res
 
 from ..resources import layout
 from ..resources.notifier import Notifier
-from ..resources.registry import CANARY, CHAMPION, ModelRegistry
+from ..resources.registry import CANARY, CANARY_FOR, CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..resources.warehouse import Warehouse
 from ..settings import Settings
@@ -26,57 +28,67 @@ from .promotion import STARTED_AT, champion_moved
 @asset(deps=[feedback_events], group_name="promotion", kinds={"mlflow", "duckdb"})
 def canary_verdict(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
                    registry: ModelRegistry, warehouse: Warehouse, notifier: Notifier) -> MaterializeResult:
-    """The canary's users against the champion's over the same feedback batches: thumbs-down per slice with an
-    interval at the gate's confidence. Promotes the canary, aborts it (alias removed, one alert) or waits for
-    RMI_CANARY_MIN_EVENTS rated answers (RMI_CANARY_MAX_HOURS at most, then decides on what there is). A canary
-    whose users liked answers the audit fails more often than the champion's (the live reward-hacking probe) is
-    aborted, not promoted."""
+    """The canary's users against those of the alias it is on trial to take (champion, or fast) over the same
+    feedback batches: thumbs-down per slice with an interval at the gate's confidence. Promotes the canary (that
+    alias moves to it), aborts it (alias removed, one alert) or waits for RMI_CANARY_MIN_EVENTS rated answers
+    (RMI_CANARY_MAX_HOURS at most, then decides on what there is). A canary whose users liked answers the audit
+    fails more often than the champion's (the live reward-hacking probe) is aborted, not promoted."""
     from ..ml.canary import ABORT, PROMOTE, judge
 
-    canary, champion = registry.version(CANARY), registry.version(CHAMPION)
+    canary = registry.version(CANARY)
     if canary is None:
         return MaterializeResult(metadata={"verdict": "none", "reason": "No canary on trial."})
-    version = str(canary.version)
-    if champion is not None and str(champion.version) == version:  # a promotion that died before its last write
+    version, target = str(canary.version), canary.tags.get(CANARY_FOR, CHAMPION)
+    held = registry.version(target)
+    if held is not None and str(held.version) == version:  # a promotion that died before its last write
         registry.end_canary({"canary_outcome": "promoted"})
-        return MaterializeResult(metadata={"verdict": "promote", "canary_version": version,
-                                           "reason": f"v{version} is already the champion: its canary alias ended."})
+        return MaterializeResult(metadata={"verdict": "promote", "canary_version": version, "canary_for": target,
+                                           "reason": f"v{version} is already @{target}: its canary alias ended."})
+    # judged against the version its alias names; a first `fast` against the champion it would take users from
+    baseline_alias, baseline = (target, held) if held is not None else (CHAMPION, registry.version(CHAMPION))
+    against = str(baseline.version)
     rules = settings.canary
     started = float(canary.tags.get(STARTED_AT, time.time()))
     hours = (time.time() - started) / 3600
     from ..recipes.base import load_recipe
 
-    periods = live_periods(warehouse, version, str(champion.version), datetime.fromtimestamp(started, UTC),
+    periods = live_periods(warehouse, version, against, datetime.fromtimestamp(started, UTC),
                            tiered=load_recipe(settings.recipe).has("generator"))
     verdict = judge(periods, confidence=settings.gate.confidence,
                     tolerance=rules.tolerance, min_events=rules.min_events, timed_out=hours >= rules.max_hours,
-                    canary_version=version, champion_version=str(champion.version))
+                    canary_version=version, champion_version=against, against=baseline_alias)
     if verdict.action == PROMOTE:  # users did not find it worse: did they like answers the audit fails?
-        liked_wrong = live_probe(context, settings, warehouse, version, str(champion.version))
+        liked_wrong = live_probe(context, settings, warehouse, version, against)
         if liked_wrong is not None and liked_wrong.fired:
             verdict.action = ABORT
             verdict.reason = (f"Aborted: suspected reward hacking. {liked_wrong.sentence}. The thumbs-down alone "
                               f"would promote: {verdict.reason}")
     context.log.info(verdict.reason)
-    storage.write_json(layout.canary_verdict(version), {**verdict.as_dict(), "hours": hours,
-                                                        "champion_version": str(champion.version)})
+    compared = {"canary_for": target, f"{baseline_alias}_version": against}
+    storage.write_json(layout.canary_verdict(version), {**verdict.as_dict(), "hours": hours, **compared})
+    moved = {}
     if verdict.action == PROMOTE:
-        previous = registry.promote(version, {"promoted_at": datetime.now(UTC).isoformat(), "promoted_by": "canary",
-                                              "promoted_in_dagster_run": context.run.run_id})
+        tags = {"promoted_at": datetime.now(UTC).isoformat(), "promoted_by": "canary",
+                "promoted_in_dagster_run": context.run.run_id}
+        previous = registry.promote(version, tags) if target == CHAMPION else registry.point(target, version, tags)
         registry.end_canary({"canary_outcome": "promoted"})
-        context.log_event(champion_moved(context.instance, "promoted by canary_verdict", {
-            "champion_version": version, "previous_champion": previous or "none", "promoted_by": "canary",
-            "reason": verdict.reason}))
-        notifier.notify("promotion", f"champion v{previous} -> v{version} after its canary. {verdict.reason}",
-                        key=f"promotion-{version}", run_id=context.run.run_id)
+        moved = {"alias_moved": f"{target}: v{previous or 'none'} -> v{version}"}
+        if target == CHAMPION:
+            context.log_event(champion_moved(context.instance, "promoted by canary_verdict", {
+                "champion_version": version, "previous_champion": previous or "none", "promoted_by": "canary",
+                "reason": verdict.reason}))
+        notifier.notify("promotion", f"{target} v{previous} -> v{version} after its canary. {verdict.reason}",
+                        key=f"promotion-{version}" if target == CHAMPION else f"promotion-{target}-{version}",
+                        run_id=context.run.run_id)
     elif verdict.action == ABORT:
         registry.end_canary({"canary_outcome": "aborted", "canary_reason": verdict.reason[:4000]})
-        notifier.notify("canary", f"{verdict.reason} All users are back on champion v{champion.version}.",
-                        key=f"canary-abort-{version}", run_id=context.run.run_id,
-                        actions={"rmi_promote": {"version": version}, "rmi_ack": {}})
+        # the button moves the champion: offered only for a canary on trial to take it
+        promote = {"rmi_promote": {"version": version}} if target == CHAMPION else {}
+        notifier.notify("canary", f"{verdict.reason} All users are back on {baseline_alias} v{against}.",
+                        key=f"canary-abort-{version}", run_id=context.run.run_id, actions={**promote, "rmi_ack": {}})
     return MaterializeResult(metadata={
-        "verdict": verdict.action, "reason": verdict.reason, "canary_version": version,
-        "champion_version": str(champion.version), "canary_rated": verdict.canary_rated,
+        "verdict": verdict.action, "reason": verdict.reason, "canary_version": version, **compared, **moved,
+        "canary_rated": verdict.canary_rated,
         "champion_rated": verdict.champion_rated, "hours_on_trial": round(hours, 3),
         **{f"thumbs_down_delta {s.name}": round(s.delta, 4) for s in verdict.slices if s.delta is not None},
         "verdict_table": MetadataValue.md(markdown(verdict)),

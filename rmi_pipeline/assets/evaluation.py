@@ -7,6 +7,7 @@ The eval must stay harder than the model: a check warns when no counted slice is
 """
 
 import time
+from dataclasses import dataclass
 
 from dagster import (
     AssetCheckResult,
@@ -56,18 +57,11 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
     """The challenger and the champion answer every sealed eval item; the paired-bootstrap gate decides per slice
     whether the challenger is better, and the reward-hacking probes whether its gain is real. Writes the verdict
     (`evaluations/v<challenger>.json`) and tags the version."""
-    import numpy as np
-
     from ..ml.gate import decide, markdown
-    from ..ml.scored import Scored, eval_tasks, top_tier
+    from ..ml.scored import top_tier
     from ..recipes.base import load_recipe
 
     recipe = load_recipe(settings.recipe)
-    manifest = storage.read_json(layout.EVAL_MANIFEST)
-    private = {(s["skill"], s["tier"]) for s in manifest["slices"] if s["private"]}
-    sets = {**load_sets(eval_store, manifest), "public": [vars(t) for t in recipe.public_eval()]}
-    tasks = eval_tasks(sets)
-
     challenger = registry.version(CHALLENGER)
     if challenger is None:
         raise LookupError(f"model {registry.model_name!r} has no challenger to evaluate")
@@ -75,21 +69,9 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
     if champion is not None and champion.version == challenger.version:
         raise RuntimeError(f"v{challenger.version} is already the champion: train a new challenger first")
     versions = [mv for mv in (challenger, champion) if mv]
-    scorer = eval_scorer(settings, eval_store)
-    memos = [remembered(recipe, registry, eval_store, mv, scorer) for mv in versions]
-    started = time.perf_counter()
-    try:
-        scored = Scored(tasks, [np.array(memo.scores([t for _, t in tasks]), dtype=float) for memo in memos])
-    finally:
-        judge_usage = keep_verdicts(eval_store, scorer)
-    compute_seconds = time.perf_counter() - started
-    for mv, memo in zip(versions, memos, strict=True):
-        remember(eval_store, registry, mv, memo, only_asked=True)
-
-    slices = scored.slices()
-    save_slice_scores(storage, challenger.version, manifest, {n: float(p.challenger.mean()) for n, p in slices.items()})
-    if champion:
-        save_slice_scores(storage, champion.version, manifest, {n: float(p.champion.mean()) for n, p in slices.items()})
+    sealed = answer_sealed(settings, recipe, storage, eval_store, registry, versions)
+    manifest, private, sets, scored, memos = sealed.manifest, sealed.private, sealed.sets, sealed.scored, sealed.memos
+    judge_usage, scorer, slices = sealed.judge_usage, sealed.scorer, scored.slices()
     counted = {slice_name(s, t) for s, t in private}
     decision = decide(slices, counted, settings.gate, leak_pairs=scored.leak_pairs(private) if champion else {},
                       seed=settings.seed + int(challenger.version))
@@ -151,7 +133,7 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
         **interval,
         **{f"leak_{k}": round(v, 4) for k, v in decision.leaks.items()},
         "eval_items": {k: len(v) for k, v in sets.items()},
-        "eval_compute_seconds": round(compute_seconds, 3), "probe_seconds": round(probe_seconds, 3),
+        "eval_compute_seconds": round(sealed.seconds, 3), "probe_seconds": round(probe_seconds, 3),
         **judge_usage, **judged,
         # the champion answered most of the suite before (the cycle before, as the challenger): not decoded again
         "items_decoded": dict(zip(("challenger", "champion"), (memo.decoded for memo in memos), strict=False)),
@@ -159,6 +141,48 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
         "slices": slice_table(decision),
         **{f"score {s.name}": round(s.challenger, 4) for s in decision.slices if s.counted},  # one plot per slice
     }, check_results=[gate(decision, interval), headroom(slices, counted), probed])
+
+
+@dataclass
+class Sealed:
+    """Models' answers to every sealed eval item (the public set's too), scored; the first model is the one judged."""
+
+    manifest: dict
+    private: set  # the counted slices as (skill, tier)
+    sets: dict
+    scored: object  # ml/scored.Scored
+    memos: list
+    scorer: object
+    judge_usage: dict
+    seconds: float
+
+
+def answer_sealed(settings: Settings, recipe, storage: ObjectStore, eval_store: ObjectStore, registry: ModelRegistry,
+                  versions: list) -> Sealed:
+    """`versions` (model versions, the one judged first) answer the sealed suite; answers each gave before on the
+    same items under the same scorer are reused, new ones remembered, and each version's score per slice saved."""
+    import numpy as np
+
+    from ..ml.scored import Scored, eval_tasks
+
+    manifest = storage.read_json(layout.EVAL_MANIFEST)
+    private = {(s["skill"], s["tier"]) for s in manifest["slices"] if s["private"]}
+    sets = {**load_sets(eval_store, manifest), "public": [vars(t) for t in recipe.public_eval()]}
+    tasks = eval_tasks(sets)
+    scorer = eval_scorer(settings, eval_store)
+    memos = [remembered(recipe, registry, eval_store, mv, scorer) for mv in versions]
+    started = time.perf_counter()
+    try:
+        scored = Scored(tasks, [np.array(memo.scores([t for _, t in tasks]), dtype=float) for memo in memos])
+    finally:
+        judge_usage = keep_verdicts(eval_store, scorer)
+    seconds = time.perf_counter() - started
+    for mv, memo in zip(versions, memos, strict=True):
+        remember(eval_store, registry, mv, memo, only_asked=True)
+    slices = scored.slices()
+    for mv, who in zip(versions, ("challenger", "champion"), strict=False):
+        save_slice_scores(storage, mv.version, manifest, {n: float(getattr(p, who).mean()) for n, p in slices.items()})
+    return Sealed(manifest, private, sets, scored, memos, scorer, judge_usage, seconds)
 
 
 def judge_report(storage: ObjectStore, settings: Settings, scored, private: set, decision) -> dict:

@@ -41,8 +41,7 @@ def champion(context: AssetExecutionContext, settings: ResourceParam[Settings], 
                            f"v{report['champion_version']}; evaluate again before promoting")
     if current is not None and promotion_mode(settings, storage, context) == "canary":
         replaced = registry.version(CANARY)
-        registry.start_canary(challenger.version, {STARTED_AT: str(time.time()), "canary_started_in_dagster_run":
-                                                   context.run.run_id, "canary_share": str(settings.canary.share)})
+        registry.start_canary(challenger.version, trial_tags(context, settings))
         if replaced is not None and str(replaced.version) != str(challenger.version):
             registry.tag(replaced.version, {"canary_outcome": f"replaced by v{challenger.version}"})
         context.log.info(f"challenger v{challenger.version} passed the offline gate: now the canary, answering "
@@ -65,28 +64,35 @@ def champion(context: AssetExecutionContext, settings: ResourceParam[Settings], 
     })
 
 
-def promotion_mode(settings: Settings, storage: ObjectStore, context) -> str:
-    """RMI_PROMOTION, with `auto` made canary while a gateway of the champion serves users (a canary needs them),
+def trial_tags(context, settings: Settings) -> dict[str, str]:
+    """The tags a version put on trial as the canary carries: when its trial began (its verdict counts users' feedback
+    from then), in which run, at which share."""
+    return {STARTED_AT: str(time.time()), "canary_started_in_dagster_run": context.run.run_id,
+            "canary_share": str(settings.canary.share)}
+
+
+def promotion_mode(settings: Settings, storage: ObjectStore, context, alias: str = CHAMPION) -> str:
+    """RMI_PROMOTION, with `auto` made canary while a gateway of `alias` serves users (a canary for it needs them),
     else offline."""
     mode = settings.promotion
     if mode != "auto":
         return mode
-    gateways = serving_gateways(storage)
-    context.log.info(f"RMI_PROMOTION=auto: {len(gateways)} gateway(s) of the champion serve users with a canary "
+    gateways = serving_gateways(storage, alias)
+    context.log.info(f"RMI_PROMOTION=auto: {len(gateways)} gateway(s) of @{alias} serve users with a canary "
                      f"share, so promotion is {'canary' if gateways else 'offline'}")
     return "canary" if gateways else "offline"
 
 
-def serving_gateways(storage: ObjectStore) -> list[dict]:
-    """The gateways of the champion that said in the last HEARTBEAT_SECONDS * 3 that they serve, with a canary
-    share: where a canary would meet users."""
+def serving_gateways(storage: ObjectStore, alias: str = CHAMPION) -> list[dict]:
+    """The gateways of `alias` that said in the last HEARTBEAT_SECONDS * 3 that they serve, with a canary share:
+    where a canary for that alias would meet users."""
     fresh = []
     for key in storage.list(layout.GATEWAYS):
         try:
             said = storage.read_json(key)
         except (FileNotFoundError, ValueError):  # one that stopped meanwhile, or a half-written file elsewhere
             continue
-        if said.get("alias") == CHAMPION and said.get("canary_share", 0) > 0 and \
+        if said.get("alias") == alias and said.get("canary_share", 0) > 0 and \
                 time.time() - float(said.get("at", 0)) < 3 * layout.HEARTBEAT_SECONDS:
             fresh.append(said)
     return fresh

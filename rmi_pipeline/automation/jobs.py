@@ -1,8 +1,9 @@
-"""The jobs of the loop: ingest one feedback batch, run one improvement cycle, check the champion's health."""
+"""The jobs of the loop: ingest one feedback batch, run one improvement cycle, distil a derivative, check the
+champion's health; and which runs train the champion's successors (a new generation, a derivative)."""
 
-from dagster import AssetSelection, define_asset_job
+from dagster import AssetSelection, DagsterRunStatus, define_asset_job
 
-from ..assets import CYCLE, FEEDBACK, canary_verdict, champion_health
+from ..assets import CYCLE, DERIVATIVE, FEEDBACK, canary_verdict, champion_health
 from ..assets.partitions import feedback_batches
 
 ingest_feedback = define_asset_job(
@@ -16,6 +17,13 @@ improvement_cycle = define_asset_job(
     "improvement_cycle",
     selection=AssetSelection.assets(*CYCLE),
     description="Dataset from all feedback -> candidate -> evaluation against the champion -> promotion.",
+)
+
+derivative = define_asset_job(
+    "derivative",
+    selection=AssetSelection.assets(*DERIVATIVE),
+    description="A smaller student distilled from the champion on the latest dataset -> kept as `fast` if it keeps "
+                "the champion's quality and answers faster (RMI_DERIVATIVE_*).",
 )
 
 health_check = define_asset_job(
@@ -40,3 +48,31 @@ def waiting_to_start(instance, *jobs) -> str | None:
     waiting = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING]
     return next((job.name for job in jobs
                  if instance.get_runs(RunsFilter(job_name=job.name, statuses=waiting), limit=1)), None)
+
+
+# a run that has not finished, nor is being stopped
+ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
+
+# the runs that train the champion's successors, by what a person calls them: their job, and the tags that tell them
+# from that job's other runs (every derivative run is one; a new generation is an improvement_cycle run)
+SUCCESSORS = {"generation": (improvement_cycle.name, {"rmi/trigger": "generation"}),
+              "derivative": (derivative.name, {})}
+
+
+def successor_runs(instance, limit: int) -> list[tuple[str, object]]:
+    """(kind, run record) of the latest new-generation and derivative runs together, newest first."""
+    from dagster import RunsFilter
+
+    records = [(kind, record) for kind, (job, tags) in SUCCESSORS.items()
+               for record in instance.get_run_records(RunsFilter(job_name=job, tags=tags), limit=limit)]
+    return sorted(records, key=lambda kr: kr[1].create_timestamp, reverse=True)[:limit]
+
+
+def successor_line(kind: str, run) -> str:
+    """One successor run in words: kind, size, status, the champion it was started for, and by whom."""
+    tags = run.tags
+    champion = f", for champion v{tags['rmi/champion']}" if "rmi/champion" in tags else ""
+    by = tags.get("rmi/requested_by") or tags.get("dagster/sensor_name") or f"`rmi {kind}`"
+    name = "new generation" if kind == "generation" else kind
+    return (f"{name} at size {tags.get(f'rmi/{kind}_size', 'default')}: {run.status.value.lower()}{champion}, "
+            f"started by {by}")

@@ -4,6 +4,8 @@ new_feedback_sensor: every batch file that lands in feedback/incoming/ becomes a
 enough_feedback_sensor: enough newly ingested feedback starts an improvement cycle.
 regression_sensor: a regressed champion_health starts a targeted cycle, within a retry budget.
 canary_sensor: while a canary is on trial, each ingest (and its time running out) asks canary_verdict for a verdict.
+generation_sensor: when the champion's gains stall, a new generation of RMI_GENERATION_SIZE, within a budget.
+derivative_sensor: after each promotion, a derivative of RMI_DERIVATIVE_SIZE distilled from the new champion.
 """
 
 from dagster import (
@@ -17,7 +19,8 @@ from dagster import (
     sensor,
 )
 
-from ..assets import champion, champion_health, feedback_events, training_dataset
+from ..assets import candidate_evaluation, champion, champion_health, feedback_events, training_dataset
+from ..assets.derivative import DerivativeConfig, fast_candidate
 from ..assets.partitions import can_be_partition, feedback_batches
 from ..assets.promotion import STARTED_AT
 from ..assets.training import CandidateConfig, candidate_model
@@ -27,7 +30,7 @@ from ..resources.registry import ModelRegistry
 from ..resources.storage import ObjectStore
 from ..schema import SUFFIXES, is_batch_file
 from ..settings import Settings
-from .jobs import canary_trial, improvement_cycle, ingest_feedback, waiting_to_start
+from .jobs import ACTIVE, canary_trial, derivative, improvement_cycle, ingest_feedback, waiting_to_start
 
 
 @sensor(job=ingest_feedback, default_status=DefaultSensorStatus.RUNNING,
@@ -187,3 +190,86 @@ def canary_sensor(context: SensorEvaluationContext, settings: ResourceParam[Sett
     else:
         return SkipReason(f"canary v{canary.version}: no feedback ingested yet")
     return RunRequest(run_key=key, tags={"rmi/trigger": "canary", "rmi/canary": str(canary.version)})
+
+
+@sensor(job=improvement_cycle, default_status=DefaultSensorStatus.RUNNING,
+        description="Every RMI_SENSOR_INTERVAL_SECONDS (30 s by default), while RMI_GENERATION_SIZE is set: when "
+                    "the last RMI_GENERATION_STALL_CYCLES evaluations each gained less than RMI_GENERATION_STALL_GAIN "
+                    "over the champion, starts an improvement_cycle that trains a new generation of that size from "
+                    "scratch, taught by the champion; at most RMI_GENERATION_BUDGET per champion, one cycle at a "
+                    "time, none while a canary is on trial. `/rmi stop generation` stops one.")
+def generation_sensor(context: SensorEvaluationContext, settings: ResourceParam[Settings], registry: ModelRegistry):
+    """Warm-started cycles that no longer move the champion start a new generation, which can learn what they
+    cannot; the budget keeps one the gate turns down from being trained again and again for the same champion."""
+    from dagster import RunsFilter
+
+    from ..resources.registry import CANARY, CHAMPION
+
+    rules, instance = settings.generations, context.instance
+    if not rules.size:
+        return SkipReason("no automatic new generation: RMI_GENERATION_SIZE is unset (`rmi generation` starts one)")
+    champion_mv = registry.version(CHAMPION)
+    if champion_mv is None:
+        return SkipReason("no champion yet to teach a new generation")
+    version = str(champion_mv.version)
+    records = instance.fetch_materializations(candidate_evaluation.key, limit=rules.stall_cycles).records
+    gains = [r.asset_materialization.metadata["gain"].value if "gain" in r.asset_materialization.metadata else None
+             for r in records]  # a first model's evaluation has no gain: it was progress from nothing
+    said = ", ".join("first model" if g is None else f"{g:+.3f}" for g in gains)
+    if len(gains) < rules.stall_cycles:
+        return SkipReason(f"{len(gains)} of {rules.stall_cycles} evaluations so far: the gains stall after "
+                          f"{rules.stall_cycles} in a row under {rules.stall_gain:+.3f}")
+    if not all(g is not None and g < rules.stall_gain for g in gains):
+        return SkipReason(f"the gains have not stalled: the last {len(gains)} were {said} (a new generation starts "
+                          f"when all are under {rules.stall_gain:+.3f})")
+    tags = {"rmi/trigger": "generation", "rmi/champion": version}
+    attempts = instance.get_runs(RunsFilter(job_name=improvement_cycle.name, tags=tags))
+    if len(attempts) >= rules.budget:
+        return SkipReason(f"the gains stalled ({said}), and champion v{version} has used its budget: "
+                          f"{len(attempts)} of RMI_GENERATION_BUDGET={rules.budget} new generations")
+    if instance.get_runs(RunsFilter(job_name=improvement_cycle.name, statuses=ACTIVE), limit=1):
+        return SkipReason("the gains stalled: a new generation waits for the running cycle")
+    if (canary := registry.version(CANARY)) is not None:
+        return SkipReason(f"the gains stalled: a new generation waits for canary v{canary.version}'s verdict")
+    return RunRequest(
+        run_key=f"generation-v{version}-{len(attempts) + 1}",  # one run per attempt, however many ticks ask
+        run_config=RunConfig(ops={candidate_model.op.name: CandidateConfig(size=rules.size, taught=True)}),
+        tags={**tags, "rmi/generation_size": rules.size, "rmi/gains": said[:200]},
+    )
+
+
+@sensor(job=derivative, default_status=DefaultSensorStatus.RUNNING,
+        description="Every RMI_SENSOR_INTERVAL_SECONDS (30 s by default), while RMI_DERIVATIVE_SIZE is set: once "
+                    "per champion (after each promotion), starts a derivative run that distils a smaller student of "
+                    "that size from it, which takes the alias `fast` if it keeps the champion's quality and answers "
+                    "faster. `/rmi stop derivative` stops one.")
+def derivative_sensor(context: SensorEvaluationContext, settings: ResourceParam[Settings], registry: ModelRegistry,
+                      storage: ObjectStore):
+    """A derivative serves the champion's quality faster, so each new champion gets one, once: a run that failed
+    or was stopped is not tried again by itself (`rmi derivative` or `/rmi derivative` trains another)."""
+    from dagster import RunsFilter
+
+    from ..resources.registry import CHAMPION
+
+    size, instance = settings.derivative.size, context.instance
+    if not size:
+        return SkipReason("no automatic derivative: RMI_DERIVATIVE_SIZE is unset (`rmi derivative` trains one)")
+    champion_mv = registry.version(CHAMPION)
+    if champion_mv is None:
+        return SkipReason("no champion yet to distil a derivative from")
+    version = str(champion_mv.version)
+    latest = storage.read_json(layout.DERIVATIVE_LATEST) if storage.exists(layout.DERIVATIVE_LATEST) else {}
+    if latest.get("champion") == version:
+        return SkipReason(f"champion v{version} has its derivative: v{latest['version']}")
+    asked = instance.get_runs(RunsFilter(job_name=derivative.name, tags={"rmi/champion": version}), limit=1)
+    if asked:
+        return SkipReason(f"champion v{version}'s derivative was asked for already (run {asked[0].run_id[:8]}, "
+                          f"{asked[0].status.value.lower()}); `rmi derivative` trains another")
+    active = instance.get_runs(RunsFilter(job_name=derivative.name, statuses=ACTIVE), limit=1)
+    if active:
+        return SkipReason(f"champion v{version}'s derivative waits for derivative run {active[0].run_id[:8]}")
+    return RunRequest(
+        run_key=f"derivative-v{version}",  # one per champion: Dagster drops a second request with this key
+        run_config=RunConfig(ops={fast_candidate.op.name: DerivativeConfig(size=size, taught=True)}),
+        tags={"rmi/trigger": "derivative", "rmi/champion": version, "rmi/derivative_size": size},
+    )

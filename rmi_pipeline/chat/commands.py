@@ -4,6 +4,9 @@
     /rmi promote VERSION reason...      a person overrides the gate
     /rmi rollback reason...             back to the previous champion
     /rmi cycle [SLICE ...]              an improvement_cycle run, aimed at the slices when given (add/5 sub/7)
+    /rmi generation SIZE                a new generation of that size from scratch, taught by the champion
+    /rmi derivative [SIZE]              a smaller student distilled from the champion (RMI_DERIVATIVE_SIZE)
+    /rmi stop generation|derivative reason...   stop the queued or running runs of that kind
     /rmi pause | resume                 the loop's sensors and schedules (alerts stay on)
     /rmi canary abort reason...         end the canary's trial: every user back on the champion
 
@@ -19,8 +22,10 @@ from .blocks import Reply
 from .dagster_api import DagsterAPI
 
 USAGE = ("`/rmi status` | `/rmi promote VERSION reason...` | `/rmi rollback reason...` | `/rmi cycle [slice ...]` | "
+         "`/rmi generation SIZE` | `/rmi derivative [SIZE]` | `/rmi stop generation|derivative reason...` | "
          "`/rmi pause` | `/rmi resume` | `/rmi canary abort reason...`")
-ACTS = ("promote", "rollback", "cycle", "pause", "resume", "canary")  # the commands that change something
+# the commands that change something
+ACTS = ("promote", "rollback", "cycle", "generation", "derivative", "stop", "pause", "resume", "canary")
 
 
 class Refused(ValueError):
@@ -33,6 +38,8 @@ class Command:
     version: str | None = None
     reason: str = ""
     slices: tuple[str, ...] = ()
+    size: str = ""  # a new generation's or a derivative's ("": RMI_DERIVATIVE_SIZE)
+    kind: str = ""  # what `stop` stops: generation or derivative
 
     @property
     def acts(self) -> bool:
@@ -56,6 +63,18 @@ def parse(text: str) -> Command:
         return Command(name, reason=_reason(name, rest))
     if name == "cycle":
         return Command(name, slices=tuple(dict.fromkeys(rest)))
+    if name == "generation":
+        if len(rest) != 1:
+            raise Refused("generation needs one size: `/rmi generation small`")
+        return Command(name, size=rest[0])
+    if name == "derivative":
+        if len(rest) > 1:
+            raise Refused("derivative takes at most a size: `/rmi derivative micro`")
+        return Command(name, size="".join(rest))
+    if name == "stop":
+        if rest[:1] not in (["generation"], ["derivative"]):
+            raise Refused("stop what? `/rmi stop generation reason...` or `/rmi stop derivative reason...`")
+        return Command(name, kind=rest[0], reason=_reason(f"stop {rest[0]}", rest[1:]))
     if name == "canary" and rest[:1] == ["abort"]:
         return Command(name, reason=_reason("canary abort", rest[1:]))
     raise Refused(f"I do not know `{' '.join(words)[:80]}`. Commands: {USAGE}")
@@ -146,6 +165,66 @@ class CommandRunner:
         return Reply(f"Started an improvement cycle{aim} for {who}: run {run_id[:8]}",
                      [blocks.section(f":arrows_counterclockwise: *Improvement cycle queued*{aim}, for {who}."),
                       blocks.run_link(self.dagster.run_link(run_id), run_id)])
+
+    def _generation(self, command: Command, who: str) -> Reply:
+        from ..assets.training import candidate_model
+
+        return self._successor("generation", candidate_model.op.name, command.size, who)
+
+    def _derivative(self, command: Command, who: str) -> Reply:
+        from ..assets.derivative import fast_candidate
+
+        size = command.size or self.settings.derivative.size
+        if not size:
+            raise Refused("a derivative needs a size: `/rmi derivative micro`, or set RMI_DERIVATIVE_SIZE")
+        return self._successor("derivative", fast_candidate.op.name, size, who)
+
+    def _successor(self, kind: str, op: str, size: str, who: str) -> Reply:
+        """A new generation or a derivative of `size`, taught by the champion, through Dagster's run queue as
+        `rmi generation` and `rmi derivative` run them; the recipe refuses a size it does not know in the run."""
+        import re
+
+        from ..automation.jobs import SUCCESSORS
+        from ..resources import build_resources
+        from ..resources.registry import CHAMPION
+
+        if not re.fullmatch(r"[\w./-]{1,200}", size):  # a recipe's size, or a model directory for the HF recipe
+            raise Refused(f"not a model size: {size[:40]!r} (sizes look like small, or a save_pretrained directory)")
+        champion = build_resources(self.settings)["registry"].version(CHAMPION)
+        if champion is None:
+            raise Refused(f"there is no champion to teach a {kind} yet")
+        job, _ = SUCCESSORS[kind]
+        tags = {"rmi/trigger": kind, "rmi/requested_by": who[:200], f"rmi/{kind}_size": size}
+        run_id = self.dagster.launch(job, {"ops": {op: {"config": {"size": size, "taught": True}}}}, tags)
+        what = f"{'a new generation' if kind == 'generation' else 'a derivative'} at size {size}"
+        return Reply(f"Started {what}, taught by champion v{champion.version}, for {who}: run {run_id[:8]}",
+                     [blocks.section(f":seedling: *Queued {what}*, taught by champion v{champion.version}, for "
+                                     f"{who}. `/rmi stop {kind} reason...` stops it."),
+                      blocks.run_link(self.dagster.run_link(run_id), run_id)])
+
+    def _stop(self, command: Command, who: str) -> Reply:
+        """Every queued or running run of that kind is terminated, as the UI's Terminate does."""
+        from ..automation.jobs import ACTIVE, SUCCESSORS
+
+        job, tags = SUCCESSORS[command.kind]
+        runs = self.dagster.runs(job, tags, [s.value for s in ACTIVE])
+        if not runs:
+            raise Refused(f"no {command.kind} run is queued or running: nothing was stopped")
+        stopped, failed = [], []
+        for run_id, state in runs:
+            try:
+                self.dagster.terminate(run_id)
+                stopped.append(f"{run_id[:8]} ({state.lower()})")
+            except RuntimeError as exc:
+                failed.append(str(exc))
+        if not stopped:
+            raise RuntimeError("; ".join(failed))
+        said = f"Stopped {command.kind} run {', '.join(stopped)}, by {who}: {blocks.escape(command.reason)}"
+        return Reply(said + (f". Not stopped: {'; '.join(failed)}" if failed else ""),
+                     [blocks.section(f":octagonal_sign: *Stopped {command.kind} run {', '.join(stopped)}* by {who}."
+                                     + (f"\nNot stopped: {blocks.escape('; '.join(failed))}" if failed else "")
+                                     + f"\n>{blocks.escape(command.reason)}"),
+                      *(blocks.run_link(self.dagster.run_link(run_id), run_id) for run_id, _ in runs[:5])])
 
     def _pause(self, command: Command, who: str) -> Reply:
         stopped = self.dagster.pause()

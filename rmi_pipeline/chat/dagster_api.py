@@ -1,7 +1,8 @@
-"""Dagster's own GraphQL API, as the web UI uses it: launch a run, pause and resume the automation.
+"""Dagster's own GraphQL API, as the web UI uses it: launch and stop runs, pause and resume the automation.
 
-Runs launched here go through the run queue and the daemon like any other (not "Manually launched" in process);
-sensors and schedules are switched with the same mutations as the UI's toggles, so the UI shows who is off.
+Runs launched here go through the run queue and the daemon like any other (not "Manually launched" in process),
+and are stopped with the UI's Terminate; sensors and schedules are switched with the same mutations as the UI's
+toggles, so the UI shows who is off.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ _WORKSPACE = """{ workspaceOrError { __typename ... on PythonError { message }
 _LAUNCH = """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) { __typename
   ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
   ... on RunConfigValidationInvalid { errors { message } } ... on InvalidSubsetError { message } } }"""
+_RUNS = """query($filter: RunsFilter) { runsOrError(filter: $filter) { __typename
+  ... on Runs { results { runId status } } ... on PythonError { message }
+  ... on InvalidPipelineRunsFilterError { message } } }"""
+_TERMINATE = """mutation($runId: String!) { terminateRun(runId: $runId) { __typename
+  ... on TerminateRunFailure { message } ... on RunNotFoundError { message } ... on UnauthorizedError { message }
+  ... on PythonError { message } } }"""
 _START_SENSOR = """mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) { __typename
   ... on PythonError { message } } }"""
 _STOP_SENSOR = """mutation($id: String) { stopSensor(id: $id) { __typename ... on PythonError { message } } }"""
@@ -59,6 +66,21 @@ class DagsterAPI:
             errors = reply.get("errors") or [reply]
             raise RuntimeError(f"Dagster did not launch {job}: {'; '.join(e.get('message', '?') for e in errors)}")
         return reply["run"]["runId"]
+
+    def runs(self, job: str, tags: dict[str, str], statuses: list[str]) -> list[tuple[str, str]]:
+        """(run id, status) of the runs of `job` with `tags` whose status is one of `statuses`, newest first."""
+        reply = self._query(_RUNS, {"filter": {
+            "pipelineName": job, "tags": [{"key": k, "value": v} for k, v in tags.items()],
+            "statuses": statuses}})["runsOrError"]
+        if reply["__typename"] != "Runs":
+            raise RuntimeError(f"Dagster did not list the runs of {job}: {reply.get('message', '?')}")
+        return [(r["runId"], r["status"]) for r in reply["results"]]
+
+    def terminate(self, run_id: str) -> None:
+        """Stop a run: a queued one never starts, a running one's process is interrupted (the UI's Terminate)."""
+        reply = self._query(_TERMINATE, {"runId": run_id})["terminateRun"]
+        if reply["__typename"] != "TerminateRunSuccess":
+            raise RuntimeError(f"Dagster did not stop run {run_id[:8]}: {reply.get('message', reply['__typename'])}")
 
     def automation(self) -> list[Instigator]:
         """Every sensor and schedule that turns the loop (alerts and the dead-run sensor always stay on)."""

@@ -1,4 +1,5 @@
-"""`/rmi status`: the models, the canary, the champion's health and the last cycles, as Block Kit."""
+"""`/rmi status`: the models, the canary, the champion's health, the last cycles and the latest new generations
+and derivatives, as Block Kit."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from . import blocks
 from .blocks import Reply
 
 CYCLES_SHOWN = 5
+SUCCESSORS_SHOWN = 3
 SLICES_SHOWN = 8  # the gate's slices that moved most
 
 
@@ -13,8 +15,10 @@ def status(settings, dagster) -> Reply:
     from dagster import DagsterInstance, RunsFilter
 
     from ..assets import champion_health
+    from ..assets.derivative import DERIVATIVE_OF
+    from ..automation.jobs import successor_line, successor_runs
     from ..resources import build_resources, layout
-    from ..resources.registry import CANARY, CHALLENGER, CHAMPION
+    from ..resources.registry import CANARY, CHALLENGER, CHAMPION, FAST
 
     resources = build_resources(settings)
     registry, storage = resources["registry"], resources["storage"]
@@ -26,6 +30,9 @@ def status(settings, dagster) -> Reply:
         lines.append(f"*Canary* v{canary.version} on trial, {settings.canary.share:.0%} of users: {said}")
     else:
         lines.append(f"*Canary* none (promotion: {settings.promotion})")
+    if (fast := registry.version(FAST)) is not None:
+        lines.append(f"*Fast* v{fast.version}, distilled from v{fast.tags.get(DERIVATIVE_OF, '?')}, "
+                     f"{fast.tags.get('speedup', '?')}x as fast")
     out = [blocks.section("\n".join(lines))]
     text = f"champion {_model(champion)}; challenger {_model(challenger)}"
     if challenger is not None and storage.exists(layout.evaluation(str(challenger.version))):
@@ -49,10 +56,18 @@ def status(settings, dagster) -> Reply:
         out.append(blocks.section("*Last cycles*\n" + "\n".join(
             f"<{dagster.run_link(r.run_id)}|{r.run_id[:8]}> {r.status.value.lower()}, "
             f"{r.tags.get('rmi/trigger', 'manual')}" for r in runs)))
+    successors = successor_runs(instance, SUCCESSORS_SHOWN)
+    if successors:
+        out.append(blocks.section("*New generations and derivatives*\n" + "\n".join(
+            f"<{dagster.run_link(r.dagster_run.run_id)}|{r.dagster_run.run_id[:8]}> "
+            f"{blocks.escape(successor_line(kind, r.dagster_run))}" for kind, r in successors)))
     return Reply(text, out)
 
 
 def _model(mv) -> str:
+    from ..assets.training import GENERATION, MODEL_SIZE
+
     if mv is None:
         return "none"
-    return f"v{mv.version} (anchor mean {mv.tags.get('eval_anchor_mean', '?')})"
+    return (f"v{mv.version} (anchor mean {mv.tags.get('eval_anchor_mean', '?')}, generation "
+            f"{mv.tags.get(GENERATION, '1')}, size {mv.tags.get(MODEL_SIZE, '?')})")

@@ -9,6 +9,8 @@
     rmi status                       champion, challenger, canary, warehouse, pending batches and recent runs
     rmi feedback ingest PATH         validate a local batch file and land it in the warehouse now
     rmi feedback stats               thumbs-down rates, corrections and failing prompts
+    rmi generation --size NAME       a new generation from scratch, taught by the champion, gated like any challenger
+    rmi derivative [--size NAME]     a smaller student distilled from the champion: the alias `fast` if it keeps up
     rmi promote VERSION --reason T   a person overrides the gate (audited)
     rmi rollback --reason T          back to the previous champion (audited)
     rmi check-recipe PATH            check a recipe (package.module:ClassName) against the recipe contract
@@ -30,6 +32,7 @@ from . import feedback
 from .chat import chat
 from .check import check_recipe
 from .extras import require
+from .generations import derivative, generation
 from .home import prepare_home, reach_stores, say
 from .overrides import promote, rollback
 from .run import run
@@ -127,7 +130,7 @@ def status() -> int:
     return 0
 
 
-COMMANDS = (run, ui, serve, chat, simulate, status, promote, rollback, check_recipe)
+COMMANDS = (run, ui, serve, chat, simulate, status, generation, derivative, promote, rollback, check_recipe)
 FEEDBACK = (feedback.ingest, feedback.stats)
 for command in COMMANDS:
     app.command(epilog=SETTINGS)(command)

@@ -15,8 +15,10 @@ from ..assets import (
     reward_model,
     training_dataset,
 )
+from ..assets.derivative import DERIVATIVE_OF
 from ..assets.probes import SUSPECTED, held_back
-from ..resources.registry import CANARY, CHALLENGER, CHAMPION
+from ..assets.training import GENERATION, MODEL_SIZE
+from ..resources.registry import CANARY, CHALLENGER, CHAMPION, FAST
 
 # the column a stage's seconds go in: step keys are the assets' names
 STAGES = {asset.key.to_user_string(): column for asset, column in (
@@ -295,11 +297,16 @@ def status_text(settings) -> str:
             lines.append(f"  {alias}: none")
         else:
             lines.append(f"  {alias}: v{mv.version}  anchor mean {mv.tags.get('eval_anchor_mean', '?')}  "
-                         f"dataset {mv.tags.get('dataset_version', '?')}  gate {mv.tags.get('gate_verdict', '?')}")
+                         f"dataset {mv.tags.get('dataset_version', '?')}  gate {mv.tags.get('gate_verdict', '?')}  "
+                         f"generation {mv.tags.get(GENERATION, '1')}  size {mv.tags.get(MODEL_SIZE, '?')}")
             if SUSPECTED in mv.tags and f"{SUSPECTED}_cleared" not in mv.tags:
                 lines.append(f"    {SUSPECTED}: {mv.tags[SUSPECTED][:300]} (`rmi promote {mv.version} --reason ...` "
                              "clears it)")
     lines.append(_canary(settings, registry, res["storage"]))
+    if (fast := registry.version(FAST)) is not None:
+        lines.append(f"  {FAST}: v{fast.version}  distilled from v{fast.tags.get(DERIVATIVE_OF, '?')}  "
+                     f"{fast.tags.get('speedup', '?')}x as fast  size {fast.tags.get(MODEL_SIZE, '?')}")
+    lines += _successors()
     lines += _batches(settings, res["storage"])
     waiting = res["notifier"].undelivered()
     if waiting:
@@ -338,6 +345,23 @@ def _checks() -> list[str]:
     lines = [f"checks: {len(failed)} of {len(passed) + len(failed)} did not pass at their latest run"
              + (f" (passed: {', '.join(passed)})" if passed else "")]
     return lines + failed
+
+
+SUCCESSORS_SHOWN = 3
+
+
+def _successors() -> list[str]:
+    """The latest runs that trained a new generation or a derivative, newest first (none: not a line)."""
+    from datetime import datetime
+
+    from dagster import DagsterInstance
+
+    from ..automation.jobs import successor_line, successor_runs
+
+    runs = successor_runs(DagsterInstance.get(), SUCCESSORS_SHOWN)
+    return ([f"new generations and derivatives (latest {SUCCESSORS_SHOWN}):"] if runs else []) + [
+        f"  {r.dagster_run.run_id[:8]} {datetime.fromtimestamp(r.create_timestamp.timestamp()):%Y-%m-%d %H:%M} "
+        f"{successor_line(kind, r.dagster_run)}" for kind, r in runs]
 
 
 RUNS_SHOWN = 8

@@ -15,15 +15,17 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on; 0.0.0.0 for every interface (set "
                                            "RMI_SERVE_API_KEYS first).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
-    alias: Annotated[str, typer.Option(help="The registry alias to serve and follow.")] = "champion",
+    alias: Annotated[str | None, typer.Option(help="The registry alias to serve and follow; default "
+                                                    "RMI_SERVE_MODEL (champion).")] = None,
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every request line (never bodies).")] = False,
     exit_with_parent: Annotated[bool, typer.Option(hidden=True)] = False,  # how `rmi run` starts it
 ) -> int:
-    """Answer with the champion and take feedback over HTTP: POST /v1/answers, /v1/completions (OpenAI),
-    /v1/feedback; GET /, /healthz, /readyz, /metrics (docs/reference/http-api.md). Settings: RMI_SERVE_*
-    (docs/reference/settings.md#serving)."""
+    """Answer with the champion (or RMI_SERVE_MODEL's alias, such as fast) and take feedback over HTTP: POST
+    /v1/answers, /v1/completions (OpenAI), /v1/feedback; GET /, /healthz, /readyz, /metrics
+    (docs/reference/http-api.md). Settings: RMI_SERVE_* (docs/reference/settings.md#serving)."""
     require("serve", "rmi serve")
     settings = Settings()
+    alias = alias or settings.serving.model
     prepare_home(settings)
     from ..serving.app import build_app
 

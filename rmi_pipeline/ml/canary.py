@@ -93,10 +93,11 @@ def compare_all(periods: dict[str, list[Period]], confidence: float, tolerance: 
 
 
 def judge(periods: dict[str, list[Period]], *, confidence: float, tolerance: float, min_events: int,
-          timed_out: bool, canary_version: str, champion_version: str) -> CanaryVerdict:
+          timed_out: bool, canary_version: str, champion_version: str, against: str = "champion") -> CanaryVerdict:
     """The verdict over every slice: abort when the canary is worse on one, promote when it has answered
     `min_events` rated questions and is worse on none; `timed_out` decides on what there is: the offline gate
-    already found the canary better, so a canary users did not find worse is promoted."""
+    already found the canary better, so a canary users did not find worse is promoted. `against`: the alias whose
+    version `champion_version` is (a derivative's canary is trialled against `fast`)."""
     slices = compare_all(periods, confidence, tolerance)
     judged = [s for s in slices if s.judged]
     n1, n0 = sum(s.canary_rated for s in slices), sum(s.champion_rated for s in slices)
@@ -104,7 +105,7 @@ def judge(periods: dict[str, list[Period]], *, confidence: float, tolerance: flo
     level = f"{confidence:.0%} interval, {len(judged)} slice{'s' if len(judged) != 1 else ''} judged at once"
     if worse:
         w = worse[0]
-        reason = (f"Aborted: canary v{canary_version} is worse for users than champion v{champion_version} on "
+        reason = (f"Aborted: canary v{canary_version} is worse for users than {against} v{champion_version} on "
                   f"{', '.join(s.name for s in worse)}; on {w.name} thumbs-down {w.canary_down:.3f} against "
                   f"{w.champion_down:.3f}, {w.delta:+.3f} ({level}: {w.low:+.3f} to {w.high:+.3f}), past the "
                   f"tolerance {tolerance:+.3f}.")
@@ -117,7 +118,7 @@ def judge(periods: dict[str, list[Period]], *, confidence: float, tolerance: flo
                 f"{closest.high:+.3f})" if closest else "no slice had enough rated answers to judge")
     start = (f"Timed out with {n1:,} of {min_events:,} rated canary answers; promoted on the offline gate's "
              "evidence, as users did not find it worse" if timed_out and n1 < min_events else "Promoted")
-    reason = (f"{start}: over {n1:,} rated canary answers and {n0:,} of the champion's in the same period, canary "
+    reason = (f"{start}: over {n1:,} rated canary answers and {n0:,} of the {against}'s in the same period, canary "
               f"v{canary_version} is not worse than v{champion_version} past the tolerance {tolerance:+.3f} on any "
               f"slice; {evidence}.")
     return CanaryVerdict(PROMOTE, reason, n1, n0, timed_out, slices)

@@ -73,8 +73,8 @@ class Decision:
 METHOD = "percentile"  # bench/gate_bootstrap.py measured BCa (scipy.stats.bootstrap's) beside it
 
 
-def _interval(samples: list[np.ndarray], confidence: float, resamples: int, rng: np.random.Generator,
-              method: str) -> tuple[float, float]:
+def interval(samples: list[np.ndarray], confidence: float, resamples: int, rng: np.random.Generator,
+             method: str = METHOD) -> tuple[float, float]:
     """The bootstrap interval of the mean over `samples` of each one's mean, each sample resampled on its own (a
     slice is a stratum: the overall gain keeps every slice's size in every resample). Graded scores need nothing
     else: a resampled mean is a resampled mean whatever values the items hold; only the way of drawing it changes."""
@@ -145,14 +145,14 @@ def decide(slices: dict[str, Paired], counted: set[str], gate: Gate, *,
     for name, pair in sorted(slices.items()):
         a = np.asarray(pair.challenger, dtype=float)
         values = values_of[name] = a if first else a - np.asarray(pair.champion, dtype=float)
-        low, high = _interval([values], confidence, resamples, rng, method)
+        low, high = interval([values], confidence, resamples, rng, method)
         if first:
             results.append(SliceResult(name, len(a), float(a.mean()), None, None, low, high, name in counted))
             continue
         results.append(SliceResult(name, len(a), float(a.mean()), float(pair.champion.mean()), float(values.mean()),
                                    low, high, name in counted, p_worse=p_worse(values)))
     new = float(np.mean([r.challenger for r in results if r.counted]))
-    low, high = _interval([values_of[name] for name in sorted(counted)], confidence, resamples, rng, method)
+    low, high = interval([values_of[name] for name in sorted(counted)], confidence, resamples, rng, method)
     level = f"{confidence:.0%}"
     if first:
         ok = low >= first_floor

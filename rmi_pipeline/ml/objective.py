@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .distill import Distillation, distill_term
+
 NEGATIVE_LOSS_CAP = 5.0  # an already unlikely sampled answer stops pulling
 
 
@@ -38,9 +40,10 @@ def row_losses(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -
 
 
 def batch_loss(logits: torch.Tensor, batch, teacher: torch.Tensor | None = None, kto: KTOReference | None = None,
-               policy=None, dpo: DPOReference | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               policy=None, dpo: DPOReference | None = None,
+               distill: Distillation | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, per-row NLL) of a batch of rows; `policy(tokens)` gives logits, for the KTO rows' mismatched pairs and
-    the DPO rows' rejected answers."""
+    the DPO rows' rejected answers; `distill`: a teacher model's distributions (ml/distill.py)."""
     tokens, mask = batch[0].long(), batch[1]
     row_loss = row_losses(logits, tokens, mask)
     if len(batch) > 2:
@@ -54,6 +57,8 @@ def batch_loss(logits: torch.Tensor, batch, teacher: torch.Tensor | None = None,
         loss = loss + kto_term(logits, batch, kto, policy)
     if len(batch) > 6 and dpo is not None:
         loss = loss + dpo_term(logits, batch, dpo, policy)
+    if distill is not None:
+        loss = loss + distill_term(logits, batch, distill)
     return loss, row_loss
 
 

@@ -185,10 +185,11 @@ def fit(
     teacher_rows: torch.Tensor | None = None,
     kto_rows: torch.Tensor | None = None,
     dpo_rows: torch.Tensor | None = None,
+    callbacks: list | None = None,
 ) -> FitResult:
     """`scales` multiply each row's loss (RL advantages); `sources` (row source ids) get their loss followed;
     `teacher_rows` index the module's `teacher` distributions, `kto_rows` its `kto` reference, `dpo_rows` its `dpo`
-    reference (-1: none; ml/objective.py)."""
+    reference (-1: none; ml/objective.py); `callbacks`: more Lightning callbacks (a bench's evaluations)."""
     if len(tokens) == 0:
         raise ValueError("cannot train on an empty dataset")
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
@@ -212,7 +213,7 @@ def fit(
         **{"accelerator": "auto", "devices": 1, **(trainer or {})},
         use_distributed_sampler=False,  # _WeightedRows shards by rank itself
         logger=loggers or False,
-        callbacks=[progress],
+        callbacks=[progress, *(callbacks or [])],
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,

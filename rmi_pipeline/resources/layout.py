@@ -116,6 +116,9 @@ def champion_checkpoint(version: str) -> str:
     return f"{CHAMPION_CHECKPOINTS}/v{version}.pt"
 
 
+# the latest derivative trained for serving: {"version", "champion": the version that taught it}
+DERIVATIVE_LATEST = "derivatives/latest.json"
+
 # judgements: the gate's report on a challenger, a canary's live verdict, and each champion's health baseline
 EVALUATIONS = "evaluations"
 

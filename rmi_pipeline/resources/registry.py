@@ -1,4 +1,5 @@
-"""The one place that talks to MLflow: runs, checkpoints, model versions and the champion/challenger/canary aliases.
+"""The one place that talks to MLflow: runs, checkpoints, model versions and the champion/challenger/canary/fast
+aliases.
 
 Promotion is a single alias move, so a failed gate, run or crash can never leave the champion half-moved; the
 champion's history is reconciled with the alias whenever it is read.
@@ -15,6 +16,8 @@ from pathlib import Path
 from dagster import ConfigurableResource
 
 CHAMPION, CHALLENGER, CANARY = "champion", "challenger", "canary"
+FAST = "fast"  # the champion's smaller, faster derivative (RMI_DERIVATIVE_SIZE), served with RMI_SERVE_MODEL=fast
+CANARY_FOR = "canary_for"  # model version tag: the alias a canary is on trial to take (champion when absent)
 MODEL = "model"  # the run's artifact folder that holds the MLflow model a version is made from
 HISTORY = "champion_history"  # registered-model tag: the versions that have been champion, oldest first
 
@@ -126,9 +129,10 @@ class ModelRegistry(ConfigurableResource):
         described = (mv.description or "").split(" Gate: ")[0]
         client.update_model_version(self.model_name, str(version), description=f"{described} Gate: {verdict}"[:5000])
 
-    def register_model(self, run_id: str, checkpoint: bytes, recipe: str, tags: dict[str, str]):
+    def register_model(self, run_id: str, checkpoint: bytes, recipe: str, tags: dict[str, str],
+                       alias: str | None = CHALLENGER):
         """Log a checkpoint (Recipe.checkpoint's bytes) as the run's MLflow model (a pyfunc any MLflow client
-        loads), create a model version from it and point `challenger` at it."""
+        loads), create a model version from it and point `alias` at it (None: no alias)."""
         from ..recipes import pyfunc
 
         client = self.client()
@@ -146,7 +150,8 @@ class ModelRegistry(ConfigurableResource):
             tags={k: str(v) for k, v in tags.items()},
             description=f"A {recipe.rsplit(':', 1)[-1]} candidate trained on dataset "
                         f"{tags.get('dataset_version', '?')}; load it with mlflow.pyfunc.load_model.")
-        client.set_registered_model_alias(self.model_name, CHALLENGER, mv.version)
+        if alias:
+            client.set_registered_model_alias(self.model_name, alias, mv.version)
         return mv
 
     def checkpoint(self, reference: str | int) -> tuple[str, bytes]:
@@ -227,10 +232,27 @@ class ModelRegistry(ConfigurableResource):
         self.tag(back, tags)
         return current, back
 
-    def start_canary(self, version: str | int, tags: dict[str, str]) -> None:
-        """Point `canary` at a version that passed the offline gate: the gateway sends a share of users to it."""
-        client = self.client()
+    def point(self, alias: str, version: str | int, tags: dict[str, str]) -> str | None:
+        """Move an alias other than `champion` (such as `fast`) to `version` in one write, then tag the version;
+        returns the version it left (None: it named none, or this one already). The champion moves by `promote`,
+        which keeps its history."""
+        if alias == CHAMPION:
+            raise ValueError("the champion moves by promote, which keeps its history")
+        self.tags_of(version)  # a version that does not exist: LookupError, before anything moves
+        current = self.version(alias)
+        previous = str(current.version) if current is not None else None
+        if previous == str(version):
+            previous = None
+        else:
+            self.client().set_registered_model_alias(self.model_name, alias, str(version))
         self.tag(version, tags)
+        return previous
+
+    def start_canary(self, version: str | int, tags: dict[str, str], for_alias: str = CHAMPION) -> None:
+        """Point `canary` at a version that passed its gate, on trial to take `for_alias` (its CANARY_FOR tag): the
+        gateways of that alias send a share of users to it."""
+        client = self.client()
+        self.tag(version, {**tags, CANARY_FOR: for_alias})
         client.set_registered_model_alias(self.model_name, CANARY, str(version))
 
     def end_canary(self, tags: dict[str, str]) -> str | None:

@@ -29,9 +29,10 @@ async def lifespan(app: FastAPI):
     await app.state.gateway.stop()
 
 
-def build_app(settings: Settings, alias: str = "champion") -> FastAPI:
-    """The app serving `alias`; every route but the open ones needs a key while RMI_SERVE_API_KEYS is set."""
-    gateway = Gateway(settings, alias)
+def build_app(settings: Settings, alias: str | None = None) -> FastAPI:
+    """The app serving `alias` (default RMI_SERVE_MODEL); every route but the open ones needs a key while
+    RMI_SERVE_API_KEYS is set."""
+    gateway = Gateway(settings, alias or settings.serving.model)
     config = gateway.config
     app = FastAPI(title="rmi serve", version=_version(), lifespan=lifespan, telemetry=TELEMETRY_OFF,
                   exception_handlers=HANDLERS,

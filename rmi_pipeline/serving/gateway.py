@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 from functools import partial
 
-from ..resources.registry import CANARY, CHALLENGER, CHAMPION
+from ..resources.registry import CANARY, CANARY_FOR, CHALLENGER, CHAMPION
 from ..settings import Serving, Settings
 from .heartbeat import Heartbeat
 from .limits import RateLimiter, RequestLimits
@@ -41,8 +41,8 @@ class Decoded:
 
 
 class Gateway:
-    """The gateway of `alias`: answers in batches with the version behind it (and the canary's share, for the
-    champion's), each recorded in the log before it is given."""
+    """The gateway of `alias`: answers in batches with the version behind it (and a canary on trial for that alias
+    answers its share of users), each recorded in the log before it is given."""
 
     def __init__(self, settings: Settings, alias: str):
         from ..recipes.base import load_recipe
@@ -64,9 +64,10 @@ class Gateway:
         self.heartbeat = Heartbeat(storage, layout.gateway(name), alias, self.canary_share)
         registry, reload = resources["registry"], self.config.reload_seconds
         self.model = FollowedModel(registry, self.recipe, alias, reload)
-        # the gateway of the champion also answers a share of users with the canary while one is on trial
-        self.canary = (FollowedModel(registry, self.recipe, CANARY, reload, drop_when_gone=True)
-                       if alias == CHAMPION and self.canary_share > 0 else None)
+        # it also answers a share of users with the canary while one is on trial for its alias
+        self.canary = (FollowedModel(registry, self.recipe, CANARY, reload, drop_when_gone=True,
+                                     serves=lambda mv: mv.tags.get(CANARY_FOR, CHAMPION) == alias)
+                       if self.canary_share > 0 else None)
         self.shadow = (Shadow(FollowedModel(registry, self.recipe, CHALLENGER, reload, drop_when_gone=True),
                               self.recipe) if self.config.shadow else None)
         self.log = FeedbackLog(settings.resolved_serve_log_path, max_bytes=self.config.log_max_bytes,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -24,11 +25,13 @@ class Loaded:
 
 
 class FollowedModel:
-    def __init__(self, registry, recipe, alias: str, reload_seconds: float, drop_when_gone: bool = False):
+    def __init__(self, registry, recipe, alias: str, reload_seconds: float, drop_when_gone: bool = False,
+                 serves: Callable[[object], bool] | None = None):
         """`drop_when_gone`: stop answering when the alias is removed (a canary that ended); the champion keeps
-        answering with what it has when the registry names none, or cannot be reached."""
+        answering with what it has when the registry names none, or cannot be reached. `serves`: whether the
+        version behind the alias is one to answer with (a canary on trial for another alias counts as absent)."""
         self.registry, self.recipe, self.alias, self.reload_seconds = registry, recipe, alias, reload_seconds
-        self.drop_when_gone = drop_when_gone
+        self.drop_when_gone, self.serves = drop_when_gone, serves
         self.current: Loaded | None = None
         self.last_error: str | None = None
         self._stop = threading.Event()
@@ -46,6 +49,8 @@ class FollowedModel:
         """Load the version behind the alias if it is not the one answering; True when it swapped one in."""
         try:
             mv = self.registry.version(self.alias)
+            if mv is not None and self.serves is not None and not self.serves(mv):
+                mv = None
             if mv is None and self.drop_when_gone and self.current is not None:
                 log.info("@%s v%s ended: no longer answering with it", self.alias, self.current.version)
                 self.current = None

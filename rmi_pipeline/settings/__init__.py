@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from .chat import Chat
 from .evals import Evals, Gate, Judge, Probes
 from .feedback import Feedback
+from .generations import Derivative, Generations, Teaching
 from .improvement import DEFAULT_MIX, SOURCES, Practice, RewardModel, Sampling, SelfLabelling
 from .operations import UI, Alerts, Automation, Health, Regression
 from .serving import Canary, Serving
@@ -109,6 +110,9 @@ class Settings(BaseSettings):
     sampling: Sampling = _group(Sampling, "Sampled answers.")
     self_labelling: SelfLabelling = _group(SelfLabelling, "Self-labels past the champion's reliable range.")
     reward: RewardModel = _group(RewardModel, "The reward model from users' ratings.")
+    teaching: Teaching = _group(Teaching, "How the champion teaches a model trained from scratch.")
+    generations: Generations = _group(Generations, "New generations trained from scratch.")
+    derivative: Derivative = _group(Derivative, "The fast derivative for serving.")
     evals: Evals = _group(Evals, "The sealed eval suite.")
     gate: Gate = _group(Gate, "The offline promotion gate.")
     probes: Probes = _group(Probes, "Reward-hacking probes on every challenger.")
@@ -179,5 +183,6 @@ class Settings(BaseSettings):
 
 
 __all__ = ["DEFAULT_MIX", "DEFAULT_RECIPE", "RENAMED", "SOURCES", "UI", "Alerts", "Automation", "Canary", "Chat",
-           "Evals", "Feedback", "Gate", "Health", "Judge", "Practice", "Probes", "Regression", "RewardModel",
-           "Sampling", "SelfLabelling", "Serving", "Settings", "Simulation", "Storage", "Training", "Warehouse"]
+           "Derivative", "Evals", "Feedback", "Gate", "Generations", "Health", "Judge", "Practice", "Probes",
+           "Regression", "RewardModel", "Sampling", "SelfLabelling", "Serving", "Settings", "Simulation", "Storage",
+           "Teaching", "Training", "Warehouse"]

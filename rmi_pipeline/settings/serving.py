@@ -12,10 +12,13 @@ from .base import Group, comma_list
 
 
 class Serving(Group):
-    """`rmi serve`: batching, following the alias, the feedback log and its flushes, the gateway's limits."""
+    """`rmi serve`: the alias it serves and follows, batching, the feedback log and its flushes, the gateway's
+    limits."""
 
     model_config = SettingsConfigDict(env_prefix="RMI_SERVE_")
 
+    model: str = Field(default="champion", min_length=1, description="The registry alias the gateway answers "
+                       "with and follows: champion, or fast for the champion's smaller, faster derivative.")
     max_batch: int = Field(default=64, ge=1, description="Most prompts decoded in one forward pass.")
     max_wait_ms: float = Field(default=5.0, ge=0, description="How long a request waits for others to share its "
                                "forward pass.")

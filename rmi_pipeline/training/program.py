@@ -51,11 +51,13 @@ def _read(uri: str, options: Mapping[str, Any]) -> bytes:
         return f.read()
 
 
-def _rows(recipe, module, uri: str, options: Mapping[str, Any], kto: bool = False, dpo: bool = False):
+def _rows(recipe, module, uri: str, options: Mapping[str, Any], kto: bool = False, dpo: bool = False,
+          text: bool = False):
     """The dataset and its rows as (tokens, loss mask), read and encoded a row group at a time: a dataset larger
     than memory as text fits as tokens. The prompts and targets are kept only where the objective reads them again
-    (wrong RL answers' rows, hinted successes' and, with `kto`, KTO's rows, with `dpo`, the pairs'); beyond a row's
-    last answer token the padding between row groups is never read (causal attention, no loss there)."""
+    (wrong RL answers' rows, hinted successes' and, with `kto`, KTO's rows, with `dpo`, the pairs'; every row's with
+    `text`, for a teacher to label and to compare tokens on); beyond a row's last answer token the padding between
+    row groups is never read (causal attention, no loss there)."""
     import fsspec
     import polars as pl
     import pyarrow.parquet as pq
@@ -75,6 +77,9 @@ def _rows(recipe, module, uri: str, options: Mapping[str, Any], kto: bool = Fals
             tokens.append(ids)
             masks.append(mask)
             kept = pl.col("mix").is_in([*(KTO_MIX if kto else ()), *(["pairs"] if dpo else [])])
+            if text:
+                frames.append(part)
+                continue
             frames.append(part.with_columns(
                 prompt=pl.when(pl.col("reference").is_not_null() | kept).then("prompt") if "reference" in part.columns
                 else pl.lit(None, pl.String),
@@ -86,6 +91,57 @@ def _rows(recipe, module, uri: str, options: Mapping[str, Any], kto: bool = Fals
     pad = torch.nn.functional.pad
     return (pl.concat(frames), torch.cat([pad(t, (0, width - t.shape[1])) for t in tokens]),
             torch.cat([pad(m, (0, width - m.shape[1])) for m in masks]))
+
+
+def _taught(recipe, module, teach: Mapping[str, Any], data, tokens, mask, mix_weights: Mapping[str, float],
+            checkpoint: bytes, seed: int, pipes) -> tuple:
+    """The dataset with the teacher's labels on prompts it is reliable on added (mix TAUGHT, `label_share` of every
+    batch), and `module.distill` set where the teacher's distributions can teach it. Returns (data, tokens, mask,
+    {"weights": the taught rows' weight, "report": what the run reports about its teaching})."""
+    import polars as pl
+    import torch
+
+    from ..ml.distill import TAUGHT, Distillation, prompts_to_label, shared_vocabulary, taught_weight, teacher_labels
+    from ..recipes.base import slice_name
+
+    say = pipes.log.info if pipes is not None else (lambda _: None)
+    teacher = recipe.load_checkpoint(checkpoint).eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    asked = [] if recipe.has("generator") or data.is_empty() else list(zip(
+        data["prompt"].to_list(), [slice_name(s, t) for s, t in zip(data["skill"], data["tier"], strict=True)],
+        strict=True))
+    prompts = prompts_to_label(recipe, list(teach["reliable"]), int(teach["labels_per_slice"]), seed, asked)
+    say(f"teaching: the teacher labels {len(prompts)} prompts of {len(teach['reliable'])} slices it is reliable on")
+    prompts, answers = teacher_labels(recipe, teacher, prompts)
+    report = {"teacher_labels": len(answers)}
+    if answers:
+        ids, m = recipe.encode(module, prompts, answers)
+        width = max(tokens.shape[1], ids.shape[1])
+        pad = torch.nn.functional.pad
+        tokens = torch.cat([pad(tokens, (0, width - tokens.shape[1])), pad(ids.to(tokens.dtype),
+                                                                            (0, width - ids.shape[1]))])
+        mask = torch.cat([pad(mask, (0, width - mask.shape[1])), pad(m, (0, width - m.shape[1]))])
+        skills = [recipe.slice_of(p) for p in prompts]
+        rows = pl.DataFrame({"prompt": prompts, "target": answers, "mix": [TAUGHT] * len(prompts),
+                             "scale": [1.0] * len(prompts), "skill": [s for s, _ in skills],
+                             "tier": [t for _, t in skills]})
+        data = pl.concat([data, rows.cast({c: data.schema[c] for c in rows.columns if c in data.schema})],
+                         how="diagonal_relaxed")
+    others = torch.tensor(data["mix"].head(len(data) - len(answers)).replace_strict(dict(mix_weights),
+                                                                                      return_dtype=pl.Float64).to_numpy())
+    weights = {TAUGHT: taught_weight(float(teach["label_share"]), others, len(answers))}
+    sample = data.head(16)  # the rows the two models must read alike
+    why = shared_vocabulary(recipe, teacher, module, sample["prompt"].to_list(), sample["target"].to_list()) \
+        if len(sample) else "there is no row to compare the two models' tokens on"
+    if why is None and float(teach["weight"]) > 0:
+        module.distill = Distillation(teacher, float(teach["temperature"]), float(teach["weight"]))
+        report["distillation"] = f"{'labels and ' if answers else ''}next-token distributions (T=" \
+                                 f"{teach['temperature']}, weight {teach['weight']})"
+    else:
+        report["distillation"] = f"labels only: {why or 'RMI_TEACH_WEIGHT is 0'}"
+    say(f"teaching: {report['distillation']}; {len(answers)} labels")
+    return data, tokens, mask, {"weights": weights, "report": report}
 
 
 def _write(uri: str, data: bytes, options: Mapping[str, Any]) -> None:
@@ -101,8 +157,9 @@ def _for(uri: str, options: Mapping[str, Any]) -> dict:
     return dict(options) if uri.startswith(("s3://", "s3a://")) else {}
 
 
-def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
-    """Train one candidate; on global rank 0 write its checkpoint and return the metrics to report."""
+def train(extras: Mapping[str, Any], pipes=None, callbacks: list | None = None) -> dict | None:
+    """Train one candidate; on global rank 0 write its checkpoint and return the metrics to report (`callbacks`:
+    more Lightning callbacks, a bench's evaluations)."""
     import polars as pl
     import torch
 
@@ -123,14 +180,20 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
         module = recipe.build_model(extras["learning_rate"], steps, size=extras["model_size"])
     kto = any(m in extras["mix_weights"] for m in UNDESIRABLE)  # undesirable rows (KTO_MIX): KTO, with the desirable
     dpo = "pairs" in extras["mix_weights"]  # preference pairs train: DPO
-    data, tokens, mask = _rows(recipe, module, extras["dataset_uri"], storage, kto, dpo)
+    teach = extras.get("teach")
+    data, tokens, mask = _rows(recipe, module, extras["dataset_uri"], storage, kto, dpo, text=bool(teach))
+    taught = {}
+    if teach:  # a new generation or a derivative: the champion's labels and next-token distributions
+        data, tokens, mask, taught = _taught(recipe, module, teach, data, tokens, mask, extras["mix_weights"],
+                                             _read(teach["teacher_uri"], storage), seed, pipes)
     if not len(data):  # a recipe with no seed set, before any feedback: the first model is the one it brings
         _write(extras["checkpoint_uri"], recipe.checkpoint(module), storage)
         return {"tokens_trained": 0, "final_loss": float("nan"), "steps_done": 0, "train_seconds": 0.0,
                 "steps_per_second": 0.0, "stopped_by_time": False, "world_size": 1,
                 "parameters": sum(p.numel() for p in module.parameters()), "rows": 0,
                 "checkpoint": extras["checkpoint_uri"]}
-    weights = torch.tensor(data["mix"].replace_strict(extras["mix_weights"], return_dtype=pl.Float64).to_numpy())
+    weights = torch.tensor(data["mix"].replace_strict({**extras["mix_weights"], **taught.get("weights", {})},
+                                                      return_dtype=pl.Float64).to_numpy())
     names = data["mix"].unique(maintain_order=True).to_list()  # the training mix's sources present
     sources = torch.tensor(data["mix"].replace_strict({n: i for i, n in enumerate(names)}).to_numpy())
     scales = torch.tensor(data["scale"].to_numpy())
@@ -173,7 +236,7 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
     result = fit(module, tokens, mask, weights, max_steps=steps, max_seconds=extras["max_seconds"],
                  batch_size=extras["batch_size"], seed=seed, trainer=trainer,
                  report=report if pipes is not None else None, scales=scales, sources=sources,
-                 teacher_rows=teacher_rows, kto_rows=kto_rows, dpo_rows=dpo_rows)
+                 teacher_rows=teacher_rows, kto_rows=kto_rows, dpo_rows=dpo_rows, callbacks=callbacks)
     if not result.is_global_zero:
         return None
     _write(extras["checkpoint_uri"], recipe.checkpoint(module), storage)
@@ -183,6 +246,7 @@ def train(extras: Mapping[str, Any], pipes=None) -> dict | None:
         "steps_per_second": result.steps / max(result.seconds, 1e-9), "stopped_by_time": result.stopped_by_time,
         "world_size": result.world_size, "parameters": sum(p.numel() for p in module.parameters()),
         "rows": len(data), "checkpoint": extras["checkpoint_uri"],
+        **taught.get("report", {}),
         **{f"loss_{names[i]}": loss for i, loss in result.source_loss.items()},
         **{f"rows_{n}": int((data["mix"] == n).sum()) for n in names},
         **{f"trainer_{k}": str(v) for k, v in trainer.items()},

@@ -9,6 +9,7 @@ from __future__ import annotations
 import lightning as L
 import torch
 
+from ...ml.distill import Distillation
 from ...ml.objective import DPOReference, KTOReference, adamw_warmup_cosine, batch_loss, trimmed
 from .gpt import GPT, GPTConfig
 
@@ -20,8 +21,8 @@ class LitGPT(L.LightningModule):
     `scale` multiplies a row's loss: 1 for a target to imitate, a group-relative advantage for a sampled answer
     (negative pushes it down; its loss is capped so an already unlikely answer stops pulling). `source` names the
     row's data source by index, so the loss of each source can be followed. `kto` indexes the KTO reference of a
-    thumbs-up or thumbs-down row, `dpo` the DPO reference of a pair (ml/objective.py); this model has no teacher
-    column of its own.
+    thumbs-up or thumbs-down row, `dpo` the DPO reference of a pair (ml/objective.py); `distill`, when set, a teacher
+    model's distributions on every imitated row (ml/distill.py).
     """
 
     def __init__(self, config: dict, learning_rate: float = 3e-3, warmup_steps: int = 50, max_steps: int = 1000):
@@ -30,6 +31,7 @@ class LitGPT(L.LightningModule):
         self.model = GPT(GPTConfig(**config))
         self.kto: KTOReference | None = None  # set by the training program for KTO rows (ml/objective.py)
         self.dpo: DPOReference | None = None  # and for DPO pairs
+        self.distill: Distillation | None = None  # and for a teacher's distributions (ml/distill.py)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model(tokens)
@@ -38,7 +40,7 @@ class LitGPT(L.LightningModule):
         batch = trimmed(batch)
         # rows are stored a byte per token
         loss, row_loss = batch_loss(self.model(batch[0].long()[:, :-1]), batch, kto=self.kto, policy=self.model,
-                                    dpo=self.dpo)
+                                    dpo=self.dpo, distill=self.distill)
         self.log("train_loss", loss, prog_bar=True)
         return {"loss": loss, "row_loss": row_loss.detach(), "source": batch[3] if len(batch) > 3 else None}
 

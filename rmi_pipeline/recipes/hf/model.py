@@ -10,6 +10,7 @@ from __future__ import annotations
 import lightning as L
 import torch
 
+from ...ml.distill import Distillation
 from ...ml.objective import DPOReference, KTOReference, adamw_warmup_cosine, batch_loss, trimmed
 
 
@@ -24,13 +25,15 @@ class LitCausalLM(L.LightningModule):
         self.teacher: torch.Tensor | None = None  # set by the training program for token-level distillation
         self.kto: KTOReference | None = None  # and for KTO rows
         self.dpo: DPOReference | None = None  # and for DPO pairs
+        self.distill: Distillation | None = None  # and for a teacher's distributions (ml/distill.py)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids=tokens).logits
 
     def training_step(self, batch, batch_idx):
         batch = trimmed(batch)
-        loss, row_loss = batch_loss(self(batch[0].long()[:, :-1]), batch, self.teacher, self.kto, self, self.dpo)
+        loss, row_loss = batch_loss(self(batch[0].long()[:, :-1]), batch, self.teacher, self.kto, self, self.dpo,
+                                    self.distill)
         self.log("train_loss", loss, prog_bar=True)
         return {"loss": loss, "row_loss": row_loss.detach(), "source": batch[3] if len(batch) > 3 else None}
 

@@ -66,7 +66,9 @@ class HFRecipe(Recipe):
         if config is not None:
             raise ValueError("an HFRecipe rebuilds models from checkpoints (load_checkpoint), not from a config")
         with tempfile.TemporaryDirectory() as tmp:
-            source = self.options.model
+            # a size that names a save_pretrained directory is that model (a new generation a team brings), else the
+            # first model is RMI_HF_MODEL or the recipe's own of that size
+            source = size if Path(size).expanduser().is_dir() else self.options.model
             if source is None:
                 self.base_model(size, Path(tmp))
                 source = tmp
