@@ -1,7 +1,8 @@
 """Smarter models train their successors: a taught new generation against an untaught one, a distilled derivative
 against one trained on the rows alone, on each recipe.
 
-    python bench/generations.py [--recipes arithmetic,words] [--steps N] [--every N] [--arms A,B] [--seed 0]
+    python bench/generations.py [--recipes arithmetic,words] [--steps N] [--every N] [--arms A,B]
+                                [--champion-steps N] [--seed 0]
 
 Per recipe, from one champion and one training set: the champion (the recipe's `tiny`) is trained from scratch on
 generated problems of its tiers (what its cycles of practice taught it); the training set is what a dataset holds:
@@ -119,16 +120,6 @@ def arm(recipe, plan, folder: Path, size: str, teach: dict | None, steps: int, s
     return model, curve.points, metrics
 
 
-def side_by_side(recipe, model, champion, prompts: list[str]) -> tuple[float, float]:
-    """Answers per second of a model and of the champion, timed in turns (twice each, the best kept): a machine
-    that gets busier between two timings would otherwise skew their ratio."""
-    timed = [[], []]
-    for _ in range(2):
-        for i, who in enumerate((model, champion)):
-            timed[i].append(answers_per_second(recipe, who, prompts))
-    return max(timed[0]), max(timed[1])
-
-
 def steps_to(points: list[tuple[int, float]], score: float) -> int | None:
     return next((step for step, value in points if value >= score - 1e-9), None)
 
@@ -165,7 +156,7 @@ def bench(name: str, steps: int | None, every: int | None, seed: int, folder: Pa
         reached[label] = steps_to(points, score)
         scores = sealed.per_slice(model)
         kept = min(scores[n] / per_slice[n] for n in sealed.slices if per_slice[n] > 0)
-        speed, champion_speed = side_by_side(recipe, model, champion, prompts)
+        speed, champion_speed = answers_per_second(recipe, [model, champion], prompts)
         reach = "-" if reached[label] is None else str(reached[label])
         lines.append(f"| {label} | {metrics['parameters']:,} | {reach} | {points[-1][1]:.3f} | {kept:.2f} | "
                      f"{speed:.0f} ({speed / champion_speed:.2f}x) | {metrics['tokens_trained'] / 1e6:.2f}M | "
@@ -227,6 +218,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="each arm's training steps (default: the recipe's plan)")
     parser.add_argument("--every", type=int, help="steps between evaluations (default: the recipe's plan)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--champion-steps", type=int, help="the champion's training steps (default: the plan's)")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"which of {', '.join(ARMS)}; the taught generation's "
                         "next cycles follow it")
     args = parser.parse_args()
@@ -234,6 +226,8 @@ def main() -> None:
     out = []
     with tempfile.TemporaryDirectory(prefix="rmi-generations-") as tmp:
         for name in args.recipes.split(","):
+            if args.champion_steps:
+                PLANS[name]["champion_steps"] = args.champion_steps
             folder = Path(tmp) / name
             folder.mkdir()
             out += bench(name, args.steps, args.every, args.seed, folder, args.arms.split(","))

@@ -16,7 +16,8 @@ from rmi_pipeline.resources.registry import CANARY, CANARY_FOR, CHAMPION
 from rmi_pipeline.resources.registry import FAST as FAST_ALIAS
 from rmi_pipeline.settings import Settings
 
-LESSONS = {"RMI_GENERATION_STEPS": "60", "RMI_DERIVATIVE_STEPS": "60", "RMI_TEACH_LABELS_PER_SLICE": "50"}
+LESSONS = {"RMI_GENERATION_STEPS": "60", "RMI_DERIVATIVE_STEPS": "60", "RMI_TEACH_LABELS_PER_SLICE": "50",
+           "RMI_PROBE_ITEMS": "50"}
 
 
 @pytest.fixture(scope="module")

@@ -92,7 +92,7 @@ def fast_model(context: AssetExecutionContext, settings: ResourceParam[Settings]
     sealed = answer_sealed(settings, recipe, storage, eval_store, registry, [student, champion])
     counted = {slice_name(s, t) for s, t in sealed.private}
     prompts = [t.prompt for name, t in sealed.scored.tasks if name == "anchor" and t.slice in counted][:SPEED_PROMPTS]
-    speeds = tuple(answers_per_second(recipe, memo.model, prompts, settings.serving.threads) for memo in sealed.memos)
+    speeds = answers_per_second(recipe, [memo.model for memo in sealed.memos], prompts, settings.serving.threads)
     verdict = judge(sealed.scored.slices(), counted, settings.derivative.tolerance, speeds,
                     settings.derivative.min_speedup, settings.gate.confidence, settings.gate.resamples,
                     seed=settings.seed + int(student.version))

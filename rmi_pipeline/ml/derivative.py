@@ -9,6 +9,7 @@ answers at least `min_speedup` times as many prompts per second, timed in this p
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -46,27 +47,30 @@ class Verdict:
         return asdict(self)
 
 
-def answers_per_second(recipe, model, prompts: list[str], threads: int = 1, repeats: int = 3) -> float:
-    """Prompts answered per second by `recipe.answer` in this process on `threads` CPU threads (the gateway's
-    RMI_SERVE_THREADS), the best of `repeats` timed passes after one untimed (the best: a shared CPU only ever slows
-    a pass down)."""
+def answers_per_second(recipe, models: list, prompts: list[str], threads: int = 1, rounds: int = 3) -> list[float]:
+    """Prompts each model answers per second by `recipe.answer` in this process on `threads` CPU threads (the
+    gateway's RMI_SERVE_THREADS): the best of `rounds` timed passes, the models timed in turns after one untimed
+    pass each (the best: a shared CPU only ever slows a pass down; in turns: a machine that gets busier between two
+    timings would skew their ratio)."""
     import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
+    best = [float("inf")] * len(models)
     try:
-        recipe.answer(model, prompts[:64])
-        best = float("inf")
-        for _ in range(repeats):
-            started = time.perf_counter()
-            recipe.answer(model, prompts)
-            best = min(best, time.perf_counter() - started)
+        for model in models:
+            recipe.answer(model, prompts[:64])
+        for _ in range(rounds):
+            for i, model in enumerate(models):
+                started = time.perf_counter()
+                recipe.answer(model, prompts)
+                best[i] = min(best[i], time.perf_counter() - started)
     finally:
         torch.set_num_threads(before)
-    return len(prompts) / max(best, 1e-9)
+    return [len(prompts) / max(seconds, 1e-9) for seconds in best]
 
 
-def judge(slices: dict[str, Paired], counted: set[str], tolerance: float, speeds: tuple[float, float],
+def judge(slices: dict[str, Paired], counted: set[str], tolerance: float, speeds: Sequence[float],
           min_speedup: float, confidence: float, resamples: int, seed: int = 0) -> Verdict:
     """`slices`: the student as the challenger, the champion as the champion; `speeds`: (student, champion)
     prompts per second."""
