@@ -89,7 +89,7 @@ def enough_feedback_sensor(context: SensorEvaluationContext, settings: ResourceP
     the warehouse, which a running ingest may hold. It waits while a cycle is already queued or running, and while
     a canary is on trial: a challenger passing the gate would replace it before its users had their say (with a
     cycle every few minutes, no canary was ever judged)."""
-    from dagster import AssetRecordsFilter, DagsterRunStatus, RunsFilter
+    from dagster import AssetRecordsFilter, RunsFilter
 
     from ..resources.registry import CANARY
 
@@ -103,9 +103,7 @@ def enough_feedback_sensor(context: SensorEvaluationContext, settings: ResourceP
     threshold = settings.automation.cycle_min_new_events
     if pending < threshold:
         return SkipReason(f"{pending} new feedback events since the last dataset (a cycle starts at {threshold})")
-    active = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
-              DagsterRunStatus.STARTED]
-    if instance.get_runs(RunsFilter(job_name=improvement_cycle.name, statuses=active), limit=1):
+    if instance.get_runs(RunsFilter(job_name=improvement_cycle.name, statuses=ACTIVE), limit=1):
         return SkipReason(f"{pending} new feedback events wait for the running cycle")
     if (canary := registry.version(CANARY)) is not None:
         return SkipReason(f"{pending} new feedback events wait for canary v{canary.version}'s verdict")
