@@ -74,8 +74,6 @@ def prompts_to_label(recipe, reliable: list[str], per_slice: int, seed: int,
                      asked: Sequence[tuple[str, str]] = ()) -> list[str]:
     """Prompts for the teacher to label: `per_slice` fresh ones per reliable slice from the recipe's generator;
     without one, the distinct prompts of `asked` ((prompt, slice name) of the training rows) in reliable slices."""
-    from .tasks import slice_name
-
     if recipe.has("generator"):
         rng, prompts = random.Random(seed), []
         for name in reliable:
@@ -84,7 +82,7 @@ def prompts_to_label(recipe, reliable: list[str], per_slice: int, seed: int,
                 prompts += [t.prompt for t in recipe.sample_tasks(rng, per_slice, [skill], [int(tier)])]
         return list(dict.fromkeys(prompts))
     wanted = set(reliable)
-    return list(dict.fromkeys(p for p, name in asked if name in wanted or slice_name(name, None) in wanted))
+    return list(dict.fromkeys(p for p, name in asked if name in wanted))
 
 
 def teacher_labels(recipe, teacher, prompts: list[str], batch: int = 512) -> tuple[list[str], list[str]]:

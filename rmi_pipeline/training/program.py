@@ -87,10 +87,15 @@ def _rows(recipe, module, uri: str, options: Mapping[str, Any], kto: bool = Fals
                 else pl.lit(None, pl.String)))
     if not frames:
         return pl.DataFrame(), torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, 1, dtype=torch.bool)
-    width = max(t.shape[1] for t in tokens)
-    pad = torch.nn.functional.pad
-    return (pl.concat(frames), torch.cat([pad(t, (0, width - t.shape[1])) for t in tokens]),
-            torch.cat([pad(m, (0, width - m.shape[1])) for m in masks]))
+    return pl.concat(frames), _stacked(tokens), _stacked(masks)
+
+
+def _stacked(parts: list):
+    """Row blocks of different widths as one tensor, right-padded to the widest."""
+    import torch
+
+    width = max(t.shape[1] for t in parts)
+    return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1])) for t in parts])
 
 
 def _taught(recipe, module, teach: Mapping[str, Any], data, tokens, mask, mix_weights: Mapping[str, float],
@@ -117,11 +122,7 @@ def _taught(recipe, module, teach: Mapping[str, Any], data, tokens, mask, mix_we
     report = {"teacher_labels": len(answers)}
     if answers:
         ids, m = recipe.encode(module, prompts, answers)
-        width = max(tokens.shape[1], ids.shape[1])
-        pad = torch.nn.functional.pad
-        tokens = torch.cat([pad(tokens, (0, width - tokens.shape[1])), pad(ids.to(tokens.dtype),
-                                                                            (0, width - ids.shape[1]))])
-        mask = torch.cat([pad(mask, (0, width - mask.shape[1])), pad(m, (0, width - m.shape[1]))])
+        tokens, mask = _stacked([tokens, ids.to(tokens.dtype)]), _stacked([mask, m])
         skills = [recipe.slice_of(p) for p in prompts]
         rows = pl.DataFrame({"prompt": prompts, "target": answers, "mix": [TAUGHT] * len(prompts),
                              "scale": [1.0] * len(prompts), "skill": [s for s, _ in skills],
