@@ -77,3 +77,9 @@ def catalogued(assets: list, settings: Settings) -> list:
 
 
 defs = build_definitions(Settings())
+
+
+def improvement_cycle_job():
+    """The improvement_cycle job as a process of its own reloads it (`dagster.execute_job(reconstructable(...))` with
+    the multiprocess executor: each step's process imports this module and finds the job here)."""
+    return defs.resolve_job_def("improvement_cycle")

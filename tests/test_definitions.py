@@ -73,8 +73,10 @@ def test_every_asset_has_owners_and_links_to_the_code_that_makes_it(monkeypatch)
 def test_only_evaluation_assets_hold_the_sealed_eval_store():
     holders = {a.key.to_user_string() for a in defs.assets if "eval_store" in a.required_resource_keys}
     # judge_agreement for the judge's cached verdicts only: they quote eval items, so they stay sealed too;
-    # fast_model judges a derivative on the sealed eval as candidate_evaluation judges a challenger
-    assert holders == {"eval_suite", "judge_agreement", "candidate_evaluation", "champion_health", "fast_model"}
+    # fast_model judges a derivative on the sealed eval as candidate_evaluation judges a challenger, and
+    # challenger_selection chooses among several on it
+    assert holders == {"eval_suite", "judge_agreement", "challenger_selection", "candidate_evaluation",
+                       "champion_health", "fast_model"}
 
 
 def test_jobs_and_sensor_are_defined():

@@ -56,7 +56,7 @@ def _teach(tmp_path, teacher, weight: float, labels: int):
     metrics = train({
         "recipe": DEFAULT_RECIPE, "dataset_uri": str(tmp_path / "rows.pq"), "storage_options": {},
         "warm_start_uri": None, "checkpoint_uri": str(tmp_path / "student.ckpt"), "mix_weights": {"feedback": 1.0},
-        "model_size": "micro", "steps": 150, "max_seconds": 120, "seed": 0, "batch_size": 32,
+        "model_size": "micro", "steps": 400, "max_seconds": 120, "seed": 0, "batch_size": 32,
         "learning_rate": 3e-3, "trainer": {**Training().hardware(), "accelerator": "cpu"},
         "teach": {**Teaching(weight=weight, labels_per_slice=labels).model_dump(),
                   "teacher_uri": str(tmp_path / "teacher.ckpt"), "reliable": ["add/4", "add/5"]}})

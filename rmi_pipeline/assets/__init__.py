@@ -11,10 +11,11 @@ from .judging import judge_agreement
 from .practice import practice
 from .promotion import champion
 from .reward import reward_model
+from .selection import challenger_selection
 from .training import candidate_model
 
 FEEDBACK = [feedback_batch, feedback_events]
-CYCLE = [eval_suite, judge_agreement, practice, reward_model, training_dataset, candidate_model, candidate_evaluation,
-         champion]
+CYCLE = [eval_suite, judge_agreement, practice, reward_model, training_dataset, candidate_model, challenger_selection,
+         candidate_evaluation, champion]
 DERIVATIVE = [fast_candidate, fast_model]
 ALL = FEEDBACK + CYCLE + DERIVATIVE + [canary_verdict, champion_health]

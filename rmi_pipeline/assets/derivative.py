@@ -52,12 +52,13 @@ def fast_candidate(context: AssetExecutionContext, config: DerivativeConfig, set
     champion = registry.version(CHAMPION)
     if champion is None:
         raise LookupError("a derivative is distilled from the champion: there is none yet")
-    shape = Shape(size, teacher=champion if config.taught else None, generation=int(champion.tags.get(GENERATION, 1)))
+    shape = Shape(size, teacher=str(champion.version) if config.taught else None,
+                  generation=int(champion.tags.get(GENERATION, 1)))
     result = train(context, settings, storage, registry, training_launcher, shape, settings.derivative.steps,
                    settings.derivative.max_seconds, alias=None, tags={DERIVATIVE_OF: str(champion.version)})
-    storage.write_json(layout.DERIVATIVE_LATEST, {"version": result.metadata["model_version"],
+    storage.write_json(layout.DERIVATIVE_LATEST, {"version": result["model_version"],
                                                   "champion": str(champion.version)})
-    return result
+    return MaterializeResult(metadata=result)
 
 
 DERIVATIVE_GATE = AssetCheckSpec(
@@ -77,8 +78,8 @@ def fast_model(context: AssetExecutionContext, settings: ResourceParam[Settings]
     that gateway's canary first); else nothing moves. `rmi serve` answers with it under RMI_SERVE_MODEL=fast."""
     from ..ml.derivative import answers_per_second, judge, markdown
     from ..recipes.base import load_recipe, slice_name
-    from .evaluation import answer_sealed
     from .promotion import promotion_mode, trial_tags
+    from .sealed import answer_sealed
 
     if not storage.exists(layout.DERIVATIVE_LATEST):
         raise FileNotFoundError("no derivative has been trained yet: materialize fast_candidate (`rmi derivative`)")

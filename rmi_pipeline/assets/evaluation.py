@@ -7,7 +7,6 @@ The eval must stay harder than the model: a check warns when no counted slice is
 """
 
 import time
-from dataclasses import dataclass
 
 from dagster import (
     AssetCheckResult,
@@ -29,10 +28,11 @@ from ..resources.registry import CHALLENGER, CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..resources.warehouse import Warehouse
 from ..settings import Settings
-from .evals import eval_scorer, eval_suite, keep_verdicts, load_sets, remember, remembered, save_slice_scores
+from .evals import eval_suite, keep_verdicts
 from .judging import judge_agreement
 from .probes import REWARD_HACKING_CHECK, probe_challenger
-from .training import candidate_model
+from .sealed import answer_sealed
+from .selection import SELECTED_FROM, SELECTION_SALT, SELECTION_SHARE, challenger_selection
 
 HEADROOM_CHECK = AssetCheckSpec(
     "eval_headroom", asset="candidate_evaluation",
@@ -49,16 +49,18 @@ GATE_CHECK = AssetCheckSpec(
                 "leak signal); a warning when it is rejected. The champion stays where it was on a warning.")
 
 
-@asset(deps=[candidate_model, eval_suite, judge_agreement], group_name="evaluation", kinds={"pytorch"},
+@asset(deps=[challenger_selection, eval_suite, judge_agreement], group_name="evaluation", kinds={"pytorch"},
        check_specs=[GATE_CHECK, HEADROOM_CHECK, REWARD_HACKING_CHECK])
 def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam[Settings], storage: ObjectStore,
                          eval_store: ObjectStore, registry: ModelRegistry, warehouse: Warehouse,
                          notifier: Notifier) -> MaterializeResult:
     """The challenger and the champion answer every sealed eval item; the paired-bootstrap gate decides per slice
     whether the challenger is better, and the reward-hacking probes whether its gain is real. Writes the verdict
-    (`evaluations/v<challenger>.json`) and tags the version."""
+    (`evaluations/v<challenger>.json`) and tags the version. The best of several challengers is gated at the level
+    divided by their number, or on the items that did not choose it (RMI_SELECTION_SHARE)."""
     from ..ml.gate import decide, markdown
     from ..ml.scored import top_tier
+    from ..ml.selection import corrected
     from ..recipes.base import load_recipe
 
     recipe = load_recipe(settings.recipe)
@@ -69,11 +71,16 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
     if champion is not None and champion.version == challenger.version:
         raise RuntimeError(f"v{challenger.version} is already the champion: train a new challenger first")
     versions = [mv for mv in (challenger, champion) if mv]
-    sealed = answer_sealed(settings, recipe, storage, eval_store, registry, versions)
+    # the best of several: judged on the items that did not choose it, or at the gate's level divided by how many
+    chosen = int(challenger.tags.get(SELECTED_FROM, 1))
+    split = SELECTION_SALT in challenger.tags
+    part = (challenger.tags[SELECTION_SALT], float(challenger.tags[SELECTION_SHARE]), False) if split else None
+    sealed = answer_sealed(settings, recipe, storage, eval_store, registry, versions, part)
     manifest, private, sets, scored, memos = sealed.manifest, sealed.private, sealed.sets, sealed.scored, sealed.memos
     judge_usage, scorer, slices = sealed.judge_usage, sealed.scorer, scored.slices()
     counted = {slice_name(s, t) for s, t in private}
-    decision = decide(slices, counted, settings.gate, leak_pairs=scored.leak_pairs(private) if champion else {},
+    rules = settings.gate if split else corrected(settings.gate, chosen)
+    decision = decide(slices, counted, rules, leak_pairs=scored.leak_pairs(private) if champion else {},
                       seed=settings.seed + int(challenger.version))
     judged = judge_report(storage, settings, scored, private, decision) if settings.evals.scorer == "judge" else {}
     started = time.perf_counter()
@@ -88,6 +95,10 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
     if fired and settings.probes.block and decision.promote:
         decision.promote = False
         decision.reason = f"Held back: suspected reward hacking ({', '.join(fired)}). The gate alone: {decision.reason}"
+    if chosen > 1:
+        decision.reason += (f" Judged on the {len(sealed.scored.tasks)} sealed items that did not choose it among "
+                            f"{chosen} challengers." if split else f" Chosen among {chosen} challengers on these "
+                            f"items: judged at the gate's one-sided level divided by {chosen}.")
     verdict = "promote" if decision.promote else "reject"
     context.log.info(f"challenger v{challenger.version}: {verdict}. {decision.reason}")
 
@@ -133,6 +144,7 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
         **interval,
         **{f"leak_{k}": round(v, 4) for k, v in decision.leaks.items()},
         "eval_items": {k: len(v) for k, v in sets.items()},
+        "gated_items": len(sealed.scored.tasks),  # every item, or the confirmation part after a selection
         "eval_compute_seconds": round(sealed.seconds, 3), "probe_seconds": round(probe_seconds, 3),
         **judge_usage, **judged,
         # the champion answered most of the suite before (the cycle before, as the challenger): not decoded again
@@ -141,48 +153,6 @@ def candidate_evaluation(context: AssetExecutionContext, settings: ResourceParam
         "slices": slice_table(decision),
         **{f"score {s.name}": round(s.challenger, 4) for s in decision.slices if s.counted},  # one plot per slice
     }, check_results=[gate(decision, interval), headroom(slices, counted), probed])
-
-
-@dataclass
-class Sealed:
-    """Models' answers to every sealed eval item (the public set's too), scored; the first model is the one judged."""
-
-    manifest: dict
-    private: set  # the counted slices as (skill, tier)
-    sets: dict
-    scored: object  # ml/scored.Scored
-    memos: list
-    scorer: object
-    judge_usage: dict
-    seconds: float
-
-
-def answer_sealed(settings: Settings, recipe, storage: ObjectStore, eval_store: ObjectStore, registry: ModelRegistry,
-                  versions: list) -> Sealed:
-    """`versions` (model versions, the one judged first) answer the sealed suite; answers each gave before on the
-    same items under the same scorer are reused, new ones remembered, and each version's score per slice saved."""
-    import numpy as np
-
-    from ..ml.scored import Scored, eval_tasks
-
-    manifest = storage.read_json(layout.EVAL_MANIFEST)
-    private = {(s["skill"], s["tier"]) for s in manifest["slices"] if s["private"]}
-    sets = {**load_sets(eval_store, manifest), "public": [vars(t) for t in recipe.public_eval()]}
-    tasks = eval_tasks(sets)
-    scorer = eval_scorer(settings, eval_store)
-    memos = [remembered(recipe, registry, eval_store, mv, scorer) for mv in versions]
-    started = time.perf_counter()
-    try:
-        scored = Scored(tasks, [np.array(memo.scores([t for _, t in tasks]), dtype=float) for memo in memos])
-    finally:
-        judge_usage = keep_verdicts(eval_store, scorer)
-    seconds = time.perf_counter() - started
-    for mv, memo in zip(versions, memos, strict=True):
-        remember(eval_store, registry, mv, memo, only_asked=True)
-    slices = scored.slices()
-    for mv, who in zip(versions, ("challenger", "champion"), strict=False):
-        save_slice_scores(storage, mv.version, manifest, {n: float(getattr(p, who).mean()) for n, p in slices.items()})
-    return Sealed(manifest, private, sets, scored, memos, scorer, judge_usage, seconds)
 
 
 def judge_report(storage: ObjectStore, settings: Settings, scored, private: set, decision) -> dict:

@@ -23,14 +23,22 @@ from ..assets import candidate_evaluation, champion, champion_health, feedback_e
 from ..assets.derivative import DerivativeConfig, fast_candidate
 from ..assets.partitions import can_be_partition, feedback_batches
 from ..assets.promotion import STARTED_AT
-from ..assets.training import CandidateConfig, candidate_model
+from ..assets.training import CandidateConfig
 from ..resources import layout
 from ..resources.notifier import Notifier
 from ..resources.registry import ModelRegistry
 from ..resources.storage import ObjectStore
 from ..schema import SUFFIXES, is_batch_file
 from ..settings import Settings
-from .jobs import ACTIVE, canary_trial, derivative, improvement_cycle, ingest_feedback, waiting_to_start
+from .jobs import (
+    ACTIVE,
+    canary_trial,
+    cycle_run_config,
+    derivative,
+    improvement_cycle,
+    ingest_feedback,
+    waiting_to_start,
+)
 
 
 @sensor(job=ingest_feedback, default_status=DefaultSensorStatus.RUNNING,
@@ -109,6 +117,7 @@ def enough_feedback_sensor(context: SensorEvaluationContext, settings: ResourceP
         return SkipReason(f"{pending} new feedback events wait for canary v{canary.version}'s verdict")
     newest = max(r.storage_id for r in records)
     return RunRequest(run_key=f"feedback-{after}-{newest}",  # one cycle per state of the event log
+                      run_config=cycle_run_config(settings),
                       tags={"rmi/trigger": "new_feedback", "rmi/new_events": str(pending)})
 
 
@@ -157,7 +166,7 @@ def regression_sensor(context: SensorEvaluationContext, settings: ResourceParam[
     aim = CandidateConfig(focus=slices, focus_weight=rules.focus_weight, steps_multiplier=rules.steps_multiplier)
     return RunRequest(
         run_key=f"regression-v{version}-{len(attempts) + 1}",  # one run per attempt, however many ticks ask
-        run_config=RunConfig(ops={candidate_model.op.name: aim}),
+        run_config=cycle_run_config(settings, aim),
         tags={**tags, "rmi/focus": named[:200], "rmi/attempt": str(len(attempts) + 1)},
     )
 
@@ -231,7 +240,7 @@ def generation_sensor(context: SensorEvaluationContext, settings: ResourceParam[
         return SkipReason(f"the gains stalled: a new generation waits for canary v{canary.version}'s verdict")
     return RunRequest(
         run_key=f"generation-v{version}-{len(attempts) + 1}",  # one run per attempt, however many ticks ask
-        run_config=RunConfig(ops={candidate_model.op.name: CandidateConfig(size=rules.size, taught=True)}),
+        run_config=cycle_run_config(settings, CandidateConfig(size=rules.size, taught=True)),
         tags={**tags, "rmi/generation_size": rules.size, "rmi/gains": said[:200]},
     )
 

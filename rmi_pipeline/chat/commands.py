@@ -145,7 +145,7 @@ class CommandRunner:
                                      f"by {who}.\n>{blocks.escape(command.reason)}")])
 
     def _cycle(self, command: Command, who: str) -> Reply:
-        from ..assets.training import candidate_model
+        from ..automation.jobs import cycle_run_config
         from ..recipes.base import load_recipe
 
         recipe = load_recipe(self.settings.recipe)
@@ -154,9 +154,9 @@ class CommandRunner:
             raise Refused(f"not a slice of this recipe: {', '.join(u[:40] for u in unknown[:5])} (slices look like "
                           f"{recipe.skills[0]}/3)")
         rules = self.settings.regression
-        config = ({"ops": {candidate_model.op.name: {"config": {
+        config = cycle_run_config(self.settings, {
             "focus": list(command.slices), "focus_weight": rules.focus_weight,
-            "steps_multiplier": rules.steps_multiplier}}}} if command.slices else {})
+            "steps_multiplier": rules.steps_multiplier} if command.slices else None)
         tags = {"rmi/trigger": "chat", "rmi/requested_by": who[:200]}
         if command.slices:
             tags["rmi/focus"] = ", ".join(command.slices)[:200]
@@ -169,7 +169,7 @@ class CommandRunner:
     def _generation(self, command: Command, who: str) -> Reply:
         from ..assets.training import candidate_model
 
-        return self._successor("generation", candidate_model.op.name, command.size, who)
+        return self._successor("generation", candidate_model.node_def.name, command.size, who)
 
     def _derivative(self, command: Command, who: str) -> Reply:
         from ..assets.derivative import fast_candidate
@@ -184,7 +184,7 @@ class CommandRunner:
         `rmi generation` and `rmi derivative` run them; the recipe refuses a size it does not know in the run."""
         import re
 
-        from ..automation.jobs import SUCCESSORS
+        from ..automation.jobs import SUCCESSORS, cycle_run_config
         from ..resources import build_resources
         from ..resources.registry import CHAMPION
 
@@ -195,7 +195,10 @@ class CommandRunner:
             raise Refused(f"there is no champion to teach a {kind} yet")
         job, _ = SUCCESSORS[kind]
         tags = {"rmi/trigger": kind, "rmi/requested_by": who[:200], f"rmi/{kind}_size": size}
-        run_id = self.dagster.launch(job, {"ops": {op: {"config": {"size": size, "taught": True}}}}, tags)
+        config = {"ops": {op: {"config": {"size": size, "taught": True}}}}
+        if kind == "generation":  # an improvement cycle: its challengers may train side by side
+            config |= cycle_run_config(self.settings)
+        run_id = self.dagster.launch(job, config, tags)
         what = f"{'a new generation' if kind == 'generation' else 'a derivative'} at size {size}"
         return Reply(f"Started {what}, taught by champion v{champion.version}, for {who}: run {run_id[:8]}",
                      [blocks.section(f":seedling: *Queued {what}*, taught by champion v{champion.version}, for "

@@ -16,6 +16,7 @@ def status(settings, dagster) -> Reply:
 
     from ..assets import champion_health
     from ..assets.derivative import DERIVATIVE_OF
+    from ..assets.selection import choice_of
     from ..automation.jobs import successor_line, successor_runs
     from ..resources import build_resources, layout
     from ..resources.registry import CANARY, CHALLENGER, CHAMPION, FAST
@@ -24,6 +25,8 @@ def status(settings, dagster) -> Reply:
     registry, storage = resources["registry"], resources["storage"]
     champion, challenger, canary = (registry.version(a) for a in (CHAMPION, CHALLENGER, CANARY))
     lines = [f"*Champion* {_model(champion)}", f"*Challenger* {_model(challenger)}"]
+    if challenger is not None and (why := choice_of(storage, challenger.version)):
+        lines.append(f"*Chosen among several:* {blocks.escape(why)}")
     if canary is not None:
         key = layout.canary_verdict(str(canary.version))
         said = storage.read_json(key)["reason"] if storage.exists(key) else "no verdict yet"

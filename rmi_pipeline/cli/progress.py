@@ -15,8 +15,19 @@ from contextlib import contextmanager
 HEARTBEAT = 6.0  # seconds a running stage goes unmentioned (on busy cores a line came up to 3 s late)
 POLL = 1.0
 STAGES = {"eval_suite": "eval suite", "practice": "practice (the champion's own data)",
-          "training_dataset": "dataset", "candidate_model": "training", "candidate_evaluation": "evaluation and gate",
+          "training_dataset": "dataset", "candidate_model.plan_challengers": "planning the challengers",
+          "candidate_model.challengers_trained": "challengers registered",
+          "challenger_selection": "choosing the best challenger", "candidate_evaluation": "evaluation and gate",
           "champion": "promotion"}
+
+
+def stage(step: str) -> str:
+    """A step in words; each challenger's training is a step of its own ("candidate_model.train_challenger[
+    candidate_2_of_4]": training candidate 2 of 4; the only one: training)."""
+    if step.startswith("candidate_model.train_challenger["):
+        which = step.partition("[")[2].rstrip("]")
+        return "training" if which.endswith("_of_1") else "training " + which.replace("_", " ")
+    return STAGES.get(step, step)
 
 
 def new_run_id() -> str:
@@ -64,7 +75,7 @@ def _heartbeat(state: _State, stop: threading.Event) -> None:
             continue
         with state.lock:  # the other thread adds and removes steps
             step, since = next(iter(state.started.items()), (None, state.begun))
-        state.say(f"{STAGES.get(step, step)}: {state.latest.get(step, 'running')} ({now - since:.0f} s)"
+        state.say(f"{stage(step)}: {state.latest.get(step, 'running')} ({now - since:.0f} s)"
                   if step else f"{state.what}: still going ({now - since:.0f} s)")
 
 
@@ -80,7 +91,7 @@ def _follow(state: _State, instance, run_id: str, stop: threading.Event) -> None
         for record in page.records:
             entry = record.event_log_entry
             step, kind = entry.step_key, entry.dagster_event.event_type_value if entry.dagster_event else None
-            name = STAGES.get(step, step)
+            name = stage(step) if step else step
             if kind == "STEP_START":
                 with state.lock:
                     state.started[step] = time.monotonic()

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..assets import (
     candidate_evaluation,
     candidate_model,
+    challenger_selection,
     champion,
     eval_suite,
     judge_agreement,
@@ -17,13 +18,14 @@ from ..assets import (
 )
 from ..assets.derivative import DERIVATIVE_OF
 from ..assets.probes import SUSPECTED, held_back
+from ..assets.selection import choice_of
 from ..assets.training import GENERATION, MODEL_SIZE
 from ..resources.registry import CANARY, CHALLENGER, CHAMPION, FAST
 
 # the column a stage's seconds go in: step keys are the assets' names
 STAGES = {asset.key.to_user_string(): column for asset, column in (
-    (training_dataset, "dataset"), (candidate_model, "train"), (candidate_evaluation, "eval"), (champion, "promote"),
-    (eval_suite, "suite"))}
+    (training_dataset, "dataset"), (candidate_model, "train"), (challenger_selection, "select"),
+    (candidate_evaluation, "eval"), (champion, "promote"), (eval_suite, "suite"))}
 
 
 @dataclass
@@ -53,6 +55,7 @@ class CycleRecord:
     reward: dict = field(default_factory=dict)  # the reward model's calibration and the best_of_n rows it picked
     held_back: bool = False  # the gate passed it and a reward-hacking probe stopped the cycle before promotion
     probes_fired: str = ""  # the probes that fired on the challenger ("" where none did)
+    selection: dict = field(default_factory=dict)  # several challengers: how many, the winner, their scores' spread
 
     def read_cycle_run(self, result, instance) -> None:
         """Fill in from the improvement_cycle run: materialization metadata and step timings."""
@@ -75,7 +78,12 @@ class CycleRecord:
         self.gain = ev.get("gain")
         if "gain_low" in ev:
             self.gain_interval = (ev["gain_low"], ev["gain_high"])
-        self.challenger_version = meta.get(candidate_model.key.to_user_string(), {}).get("model_version")
+        self.challenger_version = meta.get(candidate_model.key.to_user_string(), {}).get(
+            "model_version", ev.get("challenger_version"))
+        chosen = meta.get(challenger_selection.key.to_user_string(), {})
+        if chosen.get("challengers", 1) > 1:
+            self.selection = {k: chosen[k] for k in ("challengers", "winner", "spread")} | {
+                "scores": {k.removeprefix("score "): v for k, v in chosen.items() if k.startswith("score ")}}
         self.verdict, self.reason = ev.get("verdict", "failed"), ev.get("reason", "; ".join(failures))
         self.probes_fired = "" if ev.get("probes_fired", "none") == "none" else ev["probes_fired"]
         if self.held_back:
@@ -101,9 +109,12 @@ class CycleRecord:
         self.reward = {k: v for k, v in meta.get(reward_model.key.to_user_string(), {}).items() if k != "reliability"}
         kept = ev.get("champion_version")
         self.champion_version = self.challenger_version if promoted else (None if kept == "none" else kept)
+        spans: dict[str, list[float]] = {}  # a column's steps (several challengers train in steps of their own)
         for step in instance.get_run_step_stats(result.run_id):
             if step.start_time and step.end_time:
-                self.seconds[STAGES.get(step.step_key, step.step_key)] = step.end_time - step.start_time
+                column = STAGES.get(step.step_key.split(".")[0], step.step_key)
+                spans.setdefault(column, []).append((step.start_time, step.end_time))
+        self.seconds |= {column: max(e for _, e in times) - min(s for s, _ in times) for column, times in spans.items()}
 
     def canary_ended(self, action: str) -> None:
         """The trial of this cycle's canary ended (in the next round of users): promoted, it is the champion
@@ -139,14 +150,20 @@ class CycleRecord:
                 + (f"{r.get('best_of_n_rows', 0):,} best-of-n rows" if r["beats_base_rate"] else "no rows kept"))
 
     def progress_line(self) -> str:
+        who = f"challenger v{self.challenger_version}"
+        if self.selection:  # several: the winner and what the others scored on the selection part
+            chosen = self.selection
+            who += (f" (best of {chosen['challengers']}: "
+                    + ", ".join(f"{v} {score:.3f}" for v, score in chosen["scores"].items())
+                    + f"; spread {chosen['spread']:.3f})")
         if self.verdict == "canary":
-            return (f"[cycle {self.cycle}] challenger v{self.challenger_version} passed the offline gate and is now "
-                    f"the canary; the next users decide. {self.reason}")
+            return (f"[cycle {self.cycle}] {who} passed the offline gate and is now the canary; the next users "
+                    f"decide. {self.reason}")
         if self.held_back:
-            return (f"[cycle {self.cycle}] challenger v{self.challenger_version}: held back by the reward-hacking "
-                    f"probes ({self.probes_fired}); the champion did not move. `rmi promote "
-                    f"{self.challenger_version} --reason ...` clears it. {self.reason}")
-        return f"[cycle {self.cycle}] challenger v{self.challenger_version}: {self.verdict}. {self.reason}"
+            return (f"[cycle {self.cycle}] {who}: held back by the reward-hacking probes ({self.probes_fired}); the "
+                    f"champion did not move. `rmi promote {self.challenger_version} --reason ...` clears it. "
+                    f"{self.reason}")
+        return f"[cycle {self.cycle}] {who}: {self.verdict}. {self.reason}"
 
 
 WIDTH = 120  # the widest the tables get, and the width they fit in when there is no terminal to ask
@@ -299,6 +316,8 @@ def status_text(settings) -> str:
             lines.append(f"  {alias}: v{mv.version}  anchor mean {mv.tags.get('eval_anchor_mean', '?')}  "
                          f"dataset {mv.tags.get('dataset_version', '?')}  gate {mv.tags.get('gate_verdict', '?')}  "
                          f"generation {mv.tags.get(GENERATION, '1')}  size {mv.tags.get(MODEL_SIZE, '?')}")
+            if alias == CHALLENGER and (why := choice_of(res["storage"], mv.version)):
+                lines.append(f"    chosen among several: {why}")
             if SUSPECTED in mv.tags and f"{SUSPECTED}_cleared" not in mv.tags:
                 lines.append(f"    {SUSPECTED}: {mv.tags[SUSPECTED][:300]} (`rmi promote {mv.version} --reason ...` "
                              "clears it)")

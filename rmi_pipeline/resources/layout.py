@@ -116,6 +116,12 @@ def champion_checkpoint(version: str) -> str:
     return f"{CHAMPION_CHECKPOINTS}/v{version}.pt"
 
 
+# the latest cycle's several challengers, for challenger_selection: {"dagster_run_id", "versions", "variations",
+# "mlflow_parent_run_id"}; and the choice among them, for status: ml/selection.Selection's fields, with "winner" its
+# version and the "dagster_run_id"
+CHALLENGERS_LATEST = "challengers/latest.json"
+SELECTION_LATEST = "challengers/selection-latest.json"
+
 # the latest derivative trained for serving: {"version", "champion": the version that taught it}
 DERIVATIVE_LATEST = "derivatives/latest.json"
 

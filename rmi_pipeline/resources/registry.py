@@ -46,16 +46,28 @@ class ModelRegistry(ConfigurableResource):
         return client.create_experiment(self.experiment, artifact_location=self.artifact_root)
 
     @contextmanager
-    def run(self, name: str, tags: dict[str, str]):
-        """An MLflow run that ends FAILED if the body raises."""
-        client = self.client()
-        run = client.create_run(self._experiment_id(client), run_name=name, tags=tags)
+    def run(self, name: str, tags: dict[str, str], parent: str | None = None):
+        """An MLflow run (nested under the run `parent`, as the MLflow UI groups them) that ends FAILED if the body
+        raises."""
+        run_id = self.open_run(name, tags, parent)
         try:
-            yield run.info.run_id
+            yield run_id
         except BaseException:
-            client.set_terminated(run.info.run_id, "FAILED")
+            self.close_run(run_id, "FAILED")
             raise
-        client.set_terminated(run.info.run_id, "FINISHED")
+        self.close_run(run_id)
+
+    def open_run(self, name: str, tags: dict[str, str], parent: str | None = None) -> str:
+        """A new MLflow run's id, left running (a parent run spans the steps that train its children)."""
+        client = self.client()
+        tags = {**tags, **({"mlflow.parentRunId": parent} if parent else {})}
+        return client.create_run(self._experiment_id(client), run_name=name, tags=tags).info.run_id
+
+    def close_run(self, run_id: str, status: str = "FINISHED", tags: dict[str, str] | None = None) -> None:
+        client = self.client()
+        for key, value in (tags or {}).items():
+            client.set_tag(run_id, key, value)
+        client.set_terminated(run_id, status)
 
     def end_runs_of(self, dagster_run_id: str, status: str) -> int:
         """End the MLflow runs still RUNNING that a Dagster run started (its process died); returns how many."""
@@ -114,9 +126,9 @@ class ModelRegistry(ConfigurableResource):
         self.client().log_inputs(run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(),
                                                                 tags=[InputTag("mlflow.data.context", "training")])])
 
-    def log_evaluation(self, version: str | int, metrics: dict[str, float], verdict: str) -> None:
+    def log_evaluation(self, version: str | int, metrics: dict[str, float], verdict: str | None = None) -> None:
         """The gate's results as metrics of the run that made `version` (plotted beside its training loss), and its
-        verdict in the version's description."""
+        verdict in the version's description (None: metrics only)."""
         import time
 
         from mlflow.entities import Metric
@@ -126,6 +138,8 @@ class ModelRegistry(ConfigurableResource):
         points = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
         for start in range(0, len(points), 1000):
             client.log_batch(mv.run_id, metrics=points[start:start + 1000])
+        if verdict is None:
+            return
         described = (mv.description or "").split(" Gate: ")[0]
         client.update_model_version(self.model_name, str(version), description=f"{described} Gate: {verdict}"[:5000])
 

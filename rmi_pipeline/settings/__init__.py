@@ -23,7 +23,7 @@ from .operations import UI, Alerts, Automation, Health, Regression
 from .serving import Canary, Serving
 from .simulation import Simulation
 from .stores import Storage, Warehouse
-from .training import Training
+from .training import Challengers, Training
 
 DEFAULT_RECIPE = "rmi_pipeline.recipes.arithmetic:ArithmeticRecipe"
 
@@ -106,6 +106,7 @@ class Settings(BaseSettings):
     warehouse: Warehouse = _group(Warehouse, "The feedback warehouse.")
     feedback: Feedback = _group(Feedback, "Feedback intake.")
     training: Training = _group(Training, "Training a candidate.")
+    candidates: Challengers = _group(Challengers, "Several challengers per cycle.")
     practice: Practice = _group(Practice, "Practice at the champion's frontier.")
     sampling: Sampling = _group(Sampling, "Sampled answers.")
     self_labelling: SelfLabelling = _group(SelfLabelling, "Self-labels past the champion's reliable range.")
@@ -182,7 +183,7 @@ class Settings(BaseSettings):
 
 
 
-__all__ = ["DEFAULT_MIX", "DEFAULT_RECIPE", "RENAMED", "SOURCES", "UI", "Alerts", "Automation", "Canary", "Chat",
-           "Derivative", "Evals", "Feedback", "Gate", "Generations", "Health", "Judge", "Practice", "Probes",
+__all__ = ["DEFAULT_MIX", "DEFAULT_RECIPE", "RENAMED", "SOURCES", "UI", "Alerts", "Automation", "Canary", "Challengers",
+           "Chat", "Derivative", "Evals", "Feedback", "Gate", "Generations", "Health", "Judge", "Practice", "Probes",
            "Regression", "RewardModel", "Sampling", "SelfLabelling", "Serving", "Settings", "Simulation", "Storage",
            "Teaching", "Training", "Warehouse"]

@@ -55,5 +55,6 @@ class Derivative(Group):
                              "may lose: on no counted slice more, and overall not beyond it at the gate's confidence.")
     min_speedup: float = Field(default=2.0, gt=0, description="How many times as many prompts per second as the "
                                "champion it must answer, measured in process on the eval's prompts.")
-    steps: int = Field(default=3000, ge=1, description="Training steps of a derivative.")
+    steps: int = Field(default=12000, ge=1, description="Training steps of a derivative: a student a twentieth of "
+                       "the champion's size needs more than the champion took (arithmetic micro: about 9,000).")
     max_seconds: float = Field(default=900.0, gt=0, description="Wall-clock cap of a derivative's training.")

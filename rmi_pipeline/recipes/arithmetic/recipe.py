@@ -23,8 +23,9 @@ class ArithmeticRecipe(Recipe):
     # "tiny" (0.1M parameters) trains in minutes on a CPU; "gpu" (85M) is for an accelerator. All place tokens by
     # place value, relative only: taught 1-3 digits, the tiny one answers 8-digit sums 0.80 and 16-digit sums 0.51
     # right (bench/positions.py), which is what lets a model label harder problems for itself. "small" (0.34M) is a
-    # new generation a CPU can still train; "micro" (0.013M, one layer) a derivative that answers twice as fast.
-    sizes = {"micro": {"n_layer": 1, "n_head": 2, "n_embd": 32, **PLACES, "slopes": [1.0, 0.0]},
+    # new generation a CPU can still train; "micro" (0.0055M, one layer, four heads) a derivative that answers twice
+    # as fast (docs/explanation/generations.md says why four heads).
+    sizes = {"micro": {"n_layer": 1, "n_head": 4, "n_embd": 20, **PLACES, "slopes": [1.0, 0.5, 0.25, 0.0]},
              "tiny": {"n_layer": 2, "n_head": 2, "n_embd": 64, **PLACES, "slopes": [1.0, 0.0]},
              "small": {"n_layer": 3, "n_head": 2, "n_embd": 96, **PLACES, "slopes": [1.0, 0.0]},
              "gpu": {"n_layer": 12, "n_head": 12, "n_embd": 768, **PLACES,
