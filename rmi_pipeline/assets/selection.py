@@ -27,7 +27,7 @@ def challenger_selection(context: AssetExecutionContext, settings: ResourceParam
     RMI_SELECTION_SHARE of every slice, by a hash salted with the cycle), the best mean over the counted slices takes
     the alias `challenger`, and the others are tagged as having lost; candidate_evaluation then gates the winner at
     its level divided by their number, or on the other part only. One challenger: nothing to choose."""
-    from ..ml.scored import Scored
+    from ..ml.scored import Scored, eval_tasks
     from ..ml.selection import select
     from ..recipes.base import load_recipe, slice_name
     from .sealed import answer_sealed
@@ -55,7 +55,9 @@ def challenger_selection(context: AssetExecutionContext, settings: ResourceParam
     chosen = select(scores, [str(mv.version) for mv in versions], counted, settings.gate.confidence,
                     settings.gate.resamples, seed=settings.seed + int(versions[0].version))
     winner = versions[chosen.winner]
-    chosen.reason += (f" The gate judges it on the {_confirming(sealed, salt, share)} items that did not choose it."
+    # the sets hold every item; the answered ones are the selection part: the rest confirm
+    confirming = len(eval_tasks(sealed.sets)) - len(sealed.scored.tasks)
+    chosen.reason += (f" The gate judges it on the {confirming} items that did not choose it."
                       if share else f" The gate judges it at its one-sided level divided by {len(versions)}.")
     for candidate, mv in zip(chosen.candidates, versions, strict=True):
         registry.log_evaluation(mv.version, {"selection_score": candidate.score})  # compared in MLflow's UI
@@ -77,14 +79,6 @@ def challenger_selection(context: AssetExecutionContext, settings: ResourceParam
         "candidates": MetadataValue.md(table(chosen, versions)),
         **{f"score v{c.version}": round(c.score, 4) for c in chosen.candidates},
     })
-
-
-def _confirming(sealed, salt: str, share: float) -> int:
-    """How many sealed items the gate will judge the winner on: those of the suite outside the selection part."""
-    from ..ml.scored import eval_tasks
-    from .sealed import in_part
-
-    return int((~in_part(eval_tasks(sealed.sets), salt, share)).sum())
 
 
 def table(chosen, versions: list) -> str:

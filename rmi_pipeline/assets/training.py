@@ -74,14 +74,12 @@ def plan_challengers(context: OpExecutionContext, config: CandidateConfig, setti
                      storage: ObjectStore, registry: ModelRegistry):
     """One training per challenger (RMI_CHALLENGERS), each with its variation of RMI_CHALLENGER_GRID; several are
     grouped under one MLflow parent run."""
-    from ..ml.seeding import turn_seed
-
     champion = registry.version(CHAMPION)
     if config.size and champion is None:
         raise ValueError("a new generation learns from a champion: there is none yet (the first model is "
                          "RMI_TRAIN_MODEL_SIZE's)")
     from_version = champion.version if champion else 0
-    seed = turn_seed(settings.seed, from_version, registry.candidates_since(from_version))
+    seed = _turn_seed(settings, registry, champion)
     variations = settings.candidates.variations()
     parent = None
     if len(variations) > 1:
@@ -190,14 +188,11 @@ def train(context, settings: Settings, storage: ObjectStore, registry: ModelRegi
     lineage (under the MLflow run `parent`; `name` tells it from its siblings); `learning_rate` and `mix` (shares
     over the dataset's) change the settings' for it. Returns the materialization's metadata."""
     from ..ml.mix import weights
-    from ..ml.seeding import turn_seed
 
     version = storage.read_json(layout.DATASET_LATEST)["version"]
     manifest = storage.read_json(layout.dataset_manifest(version))
     if seed is None:
-        champion = registry.version(CHAMPION)
-        from_version = champion.version if champion else 0
-        seed = turn_seed(settings.seed, from_version, registry.candidates_since(from_version))
+        seed = _turn_seed(settings, registry, registry.version(CHAMPION))
     mix_weights = manifest["weights"]
     if mix:
         absent = sorted(m for m, share in mix.items() if share > 0 and m not in manifest["by_source"])
@@ -272,6 +267,14 @@ def train(context, settings: Settings, storage: ObjectStore, registry: ModelRegi
         "stopped_by_time": reported["stopped_by_time"], "world_size": reported["world_size"],
         "checkpoint": storage.uri(checkpoint_key),
     }
+
+
+def _turn_seed(settings: Settings, registry: ModelRegistry, champion) -> int:
+    """The seed of this turn of the champion: a retry after a rejected candidate gets another one."""
+    from ..ml.seeding import turn_seed
+
+    from_version = champion.version if champion else 0
+    return turn_seed(settings.seed, from_version, registry.candidates_since(from_version))
 
 
 def _teaching(settings: Settings, storage: ObjectStore, registry: ModelRegistry, teacher: str) -> dict:
