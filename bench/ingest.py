@@ -3,14 +3,17 @@
     python bench/ingest.py                              1M-event batches (Parquet, JSON lines); warehouse to 10M
     python bench/ingest.py --events 200000 --largest 1000000      a quicker run
 
-Part 1 times, on the same 1M synthetic events (arithmetic feedback, 0.2% bad rows, 0.1% repeated ids, and in the
-JSON lines 0.05% garbled lines), side by side in one process:
+Part 1 times, on the same 1M synthetic events (arithmetic feedback, 0.2% bad rows, 0.1% repeated ids, 3% with a
+comment in words of which one in ten holds personal data (tests/pii_corpus.py), and in the JSON lines 0.05% garbled
+lines), side by side in one process:
   raw, memory      CREATE TABLE AS SELECT * FROM read_parquet / read_json, in an in-memory DuckDB
   validated, memory   schema.parse_batch: parse, the GX suite, quarantine reasons, the valid events (in memory);
                    JSON lines in bulk (schema/jsonl.py: DuckDB decodes the plain lines, Python the odd ones)
   raw, file        the same raw copy into a DuckDB file, closed (written to disk)
   end to end       what the two ingest assets do (check_batch + land_batch): parse, the suite, the recipe's
-                   slices, validated Parquet + quarantine written to the object store, dedupe into the warehouse
+                   slices, redaction of personal data (RMI_REDACT, on by default), validated Parquet + quarantine
+                   written to the object store, dedupe into the warehouse; and the same with RMI_REDACT=false,
+                   whose quarantine must be the same rows with the same reasons
 The one-time cost of a process (GX import and compiling the suite to SQL) is paid in a warm-up and printed apart.
 Then the JSON lines of --reference events (default 100k) through both routes beside their raw copy: the bulk route
 and the row-by-row reference it must agree with (too slow to time at 1M), and a check that both gave the same.
@@ -22,6 +25,7 @@ Part 2 times one batch (--batch events as Parquet, through check_batch + land_ba
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -34,11 +38,22 @@ import numpy as np
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the corpus of personal data
 
 
-def synth(n: int, seed: int, start: int = 0, bad: float = 0.002, repeated: float = 0.001) -> pl.DataFrame:
-    """Schema v1 events as a client sends them: arithmetic prompts of tiers 1-8, thumbs, corrections, meta."""
+COMMENTS = ("wrong", "that's not right", "close, but the last digit is off", "almost!", "thanks, 10/10",
+            "I asked this 2 times already", "the answer for 1234+1 should be 1235", "great 🙂", "nope", "why?")
+
+
+def synth(n: int, seed: int, start: int = 0, bad: float = 0.002, repeated: float = 0.001,
+          commented: float = 0.03, personal: float = 0.1) -> pl.DataFrame:
+    """Schema v1 events as a client sends them: arithmetic prompts of tiers 1-8, thumbs, corrections, meta, and
+    `commented` of them a comment in words, `personal` of those with personal data in it."""
+    from pii_corpus import rows
+
     rng = np.random.default_rng(seed)
+    with_data = [e["comment"] for e in rows(500, 0, seed=seed)[0]]
+    comments = np.where(rng.random(n) < personal, rng.choice(with_data, n), rng.choice(COMMENTS, n))
     tier = rng.integers(1, 9, n)
     low = np.where(tier == 1, 0, 10 ** (tier - 1))
     a, b = rng.integers(low, 10**tier), rng.integers(low, 10**tier)
@@ -53,7 +68,9 @@ def synth(n: int, seed: int, start: int = 0, bad: float = 0.002, repeated: float
     frame = pl.DataFrame({"i": ids, "a": a, "b": b, "sub": sub, "answer": answer, "truth": truth,
                           "rating": pl.Series(rating.tolist(), dtype=pl.String), "user": rng.integers(0, 5000, n),
                           "model": rng.integers(1, 6, n), "client": rng.choice(["web", "ios", "android"], n),
-                          "report": rng.random(n) < 0.05, "fix": rng.random(n) < 0.6, "odd": rng.random(n)})
+                          "report": rng.random(n) < 0.05, "fix": rng.random(n) < 0.6, "odd": rng.random(n),
+                          "comment": pl.Series(np.where(rng.random(n) < commented, comments, None).tolist(),
+                                               dtype=pl.String)})
     out = frame.select(
         schema_version=pl.lit(1),
         event_id=pl.format("ev-{}-{}", pl.lit(seed), "i"),
@@ -65,7 +82,7 @@ def synth(n: int, seed: int, start: int = 0, bad: float = 0.002, repeated: float
         completion=pl.col("answer").cast(pl.String),
         rating="rating",
         correction=pl.when((pl.col("rating") == "down") & pl.col("fix")).then(pl.col("truth").cast(pl.String)),
-        comment=pl.lit(None, dtype=pl.String),
+        comment=pl.col("comment").cast(pl.String),
         source=pl.when("report").then(pl.lit("report")).otherwise(pl.lit("user")),
         skill=pl.when("sub").then(pl.lit("sub")).otherwise(pl.lit("add")),
         meta=pl.struct(client="client"),
@@ -109,9 +126,10 @@ class Pipeline:
 
     def __init__(self, root: Path):
         from rmi_pipeline.resources.storage import ObjectStore
-        from rmi_pipeline.settings import Settings
+        from rmi_pipeline.settings import Privacy, Settings
 
         self.root, self.settings = root, Settings()
+        self.unredacted = Settings(privacy=Privacy(redact=False))
         self.storage = ObjectStore(url=f"file://{root / 'store'}")
         self.fresh_warehouse()
 
@@ -124,14 +142,14 @@ class Pipeline:
         self.warehouse = Warehouse(path=str(path))
         return self.warehouse
 
-    def ingest(self, name: str, data: bytes) -> tuple[float, float, dict]:
+    def ingest(self, name: str, data: bytes, redact: bool = True) -> tuple[float, float, dict]:
         """(seconds to check, seconds to land, counts) for one batch, as the two assets run it."""
         from rmi_pipeline.assets.feedback import check_batch, land_batch
         from rmi_pipeline.resources import layout
 
         self.storage.write_bytes(layout.incoming(name), data)
         start = time.perf_counter()
-        check_batch(self.storage, name, self.settings)
+        check_batch(self.storage, name, self.settings if redact else self.unredacted)
         checked = time.perf_counter()
         counts = land_batch(self.storage, self.warehouse, name)
         return checked - start, time.perf_counter() - checked, counts
@@ -139,13 +157,15 @@ class Pipeline:
 
 def part1(pipe: Pipeline, n: int, reps: int, folder: Path) -> None:
     from rmi_pipeline.assets.feedback import add_slices
+    from rmi_pipeline.resources import layout
     from rmi_pipeline.schema import parse_batch
 
     frame = synth(n, seed=1)
     files = write_batches(frame, folder)
     print(f"\n{n:,} events per batch; {reps} runs each, median seconds\n")
     print(f"{'':13} {'raw mem':>8} {'valid mem':>9} {'ratio':>6} | {'raw file':>8} {'end to end':>10} {'ratio':>6} "
-          f"| {'slices':>6} {'ratio w/o':>9} | events/s validated (mem, end to end)")
+          f"| {'slices':>6} {'ratio w/o':>9} | {'unredacted':>10} {'ratio':>6} | events/s validated (mem, end "
+          "to end)")
     for name, data in files.items():
         path = folder / name
         raw_mem = median_of(reps, lambda p=path: raw_copy(p, ":memory:"))
@@ -154,19 +174,33 @@ def part1(pipe: Pipeline, n: int, reps: int, folder: Path) -> None:
             lambda: parse_batch(nm, p.read_bytes(), nm, pipe.settings.feedback.max_text_chars)))
         parsed = parse_batch(name, data, name, pipe.settings.feedback.max_text_chars)
         slices = median_of(reps, lambda f=parsed.frame: _timed(add_slices, f, pipe.settings.recipe))
-        runs = []
+        runs, plain = [], []
         for rep in range(reps):
-            pipe.fresh_warehouse()
-            check, land, counts = pipe.ingest(f"{rep}-{name}", data)
-            runs.append(check + land)
-        assert counts["rows_in"] == counts["ingested"] + counts["duplicates"] + counts["quarantined"] == n, counts
-        e2e = statistics.median(runs)
+            for redact, times in ((True, runs), (False, plain)):
+                pipe.fresh_warehouse()
+                check, land, counts = pipe.ingest(f"{rep}-{redact}-{name}", data, redact)
+                times.append(check + land)
+                assert counts["rows_in"] == counts["ingested"] + counts["duplicates"] + counts["quarantined"] == n
+        e2e, unredacted = statistics.median(runs), statistics.median(plain)
         print(f"{name:13} {raw_mem:8.2f} {parse:9.2f} {raw_mem / parse:6.2f} | {raw_file:8.2f} {e2e:10.2f} "
-              f"{raw_file / e2e:6.2f} | {slices:6.2f} {raw_file / (e2e - slices):9.2f} | "
-              f"{n / parse:,.0f}  {n / e2e:,.0f}")
+              f"{raw_file / e2e:6.2f} | {slices:6.2f} {raw_file / (e2e - slices):9.2f} | {unredacted:10.2f} "
+              f"{raw_file / unredacted:6.2f} | {n / parse:,.0f}  {n / e2e:,.0f}")
+        summary = pipe.storage.read_json(layout.validated_summary(f"0-True-{name}"))
+        same = _quarantine(pipe, f"0-True-{name}") == _quarantine(pipe, f"0-False-{name}")
         print(f"{'':13} rows in {counts['rows_in']:,}: ingested {counts['ingested']:,}, duplicates "
-              f"{counts['duplicates']:,}, quarantined {counts['quarantined']:,}")
-    print("ratio = raw seconds / validated seconds; 'ratio w/o' leaves out the recipe's slices (tier per prompt)")
+              f"{counts['duplicates']:,}, quarantined {counts['quarantined']:,} (the same rows and reasons with "
+              f"redaction and without: {same})")
+        print(f"{'':13} redacted {summary['redacted_total']:,} ({summary['redacted']}); Presidio read "
+              f"{summary['redaction_texts_read']:,} distinct texts of {summary['redaction_cells']:,} cells")
+    print("ratio = raw seconds / validated seconds; 'ratio w/o' leaves out the recipe's slices (tier per prompt); "
+          "'unredacted': end to end with RMI_REDACT=false")
+
+
+def _quarantine(pipe: Pipeline, name: str) -> list[tuple]:
+    from rmi_pipeline.resources import layout
+
+    lines = pipe.storage.read_bytes(layout.quarantine(name)).decode().splitlines()
+    return [(q["row"], q["reason"]) for q in map(json.loads, lines)]
 
 
 def jsonl_routes(pipe: Pipeline, n: int, reps: int, folder: Path) -> None:

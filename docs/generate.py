@@ -101,6 +101,8 @@ def default_text(field) -> str:
         return f"`{str(value).lower()}`"
     if isinstance(value, dict):
         return f"`{json.dumps(value)}`"
+    if isinstance(value, (tuple, frozenset)):  # as it is written in the environment
+        return f"`{','.join(value)}`"
     if hasattr(value, "get_secret_value"):
         return "*unset*" if not value.get_secret_value() else "*set*"
     return f"`{value}`"

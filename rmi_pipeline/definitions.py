@@ -5,9 +5,11 @@ from dagster import Definitions, in_process_executor
 from .assets import ALL
 from .automation.alerts import alert_outbox, run_failure_alert
 from .automation.dead_runs import dead_run_sensor
+from .automation.forget import forget_feedback, forget_sensor
 from .automation.jobs import canary_trial, derivative, health_check, improvement_cycle, ingest_feedback
-from .automation.schedules import health_after_cycle, health_after_ingest, health_schedule
+from .automation.schedules import health_after_cycle, health_after_ingest, health_schedule, retention_schedule
 from .automation.sensors import (
+    approval_deadline_sensor,
     canary_sensor,
     derivative_sensor,
     enough_feedback_sensor,
@@ -22,12 +24,13 @@ from .settings import Settings
 def build_definitions(settings: Settings) -> Definitions:
     return Definitions(
         assets=catalogued(ALL, settings),
-        jobs=[ingest_feedback, improvement_cycle, derivative, health_check, canary_trial],
+        jobs=[ingest_feedback, improvement_cycle, derivative, health_check, canary_trial, forget_feedback],
         sensors=[*(every(s, settings.automation.sensor_interval_seconds) for s in (
             new_feedback_sensor, enough_feedback_sensor, regression_sensor, canary_sensor, generation_sensor,
-            derivative_sensor, health_after_ingest, health_after_cycle, run_failure_alert)),
+            derivative_sensor, approval_deadline_sensor, health_after_ingest, health_after_cycle, run_failure_alert,
+            forget_sensor)),
                  alert_outbox, dead_run_sensor],  # those two: every minute
-        schedules=[health_schedule(settings.health.cron)],
+        schedules=[health_schedule(settings.health.cron), retention_schedule(settings)],
         resources=build_resources(settings),
         executor=in_process_executor,  # one process per run: a step in its own process costs ~3 s of start-up
     )

@@ -36,10 +36,10 @@ from rmi_pipeline.resources.warehouse import Warehouse
 
 where, how = sys.argv[1], sys.argv[2]
 original = Warehouse.ingest
-def ingest(self, events):
+def ingest(self, events, *args, **kwargs):
     if where == "before":
         os.kill(os.getpid(), signal.SIGKILL)
-    original(self, events)
+    original(self, events, *args, **kwargs)
     os.kill(os.getpid(), signal.SIGKILL)
 Warehouse.ingest = ingest
 if how == "cli":

@@ -21,7 +21,10 @@ def test_ingest_lands_a_file_under_its_name_and_prints_the_counts(rmi_env, tmp_p
     assert "from-support.jsonl.gz: 8 rows, 6 valid, 1 repeated in the file, 1 bad" in out
     assert "ingested 1 batch(es): 8 rows in, 6 new events, 1 duplicates, 1 quarantined" in out
     storage, warehouse = (build_resources(rmi_env)[k] for k in ("storage", "warehouse"))
-    assert storage.read_bytes(layout.incoming("from-support.jsonl.gz")) == path.read_bytes()
+    # landed under its name, then emptied once redacted (RMI_REDACT): its name stays for the sensor
+    assert storage.exists(layout.incoming("from-support.jsonl.gz"))
+    assert storage.read_bytes(layout.incoming("from-support.jsonl.gz")) == b""
+    assert storage.read_json(layout.validated_summary("from-support.jsonl.gz"))["original"] == "removed"
     assert len(warehouse.query("SELECT * FROM feedback_events")) == 6
 
     assert rmi("feedback", "ingest", str(path)) == 2  # a second file of the same name would be ignored

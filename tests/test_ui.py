@@ -16,5 +16,5 @@ def test_ui_shows_the_graph_and_the_runs_of_the_loop(loop_home, tmp_path):
     assert {s["name"]: s["sensorState"]["status"] for s in sensors} == {
         name: "RUNNING" for name in ("new_feedback_sensor", "enough_feedback_sensor", "regression_sensor",
                                      "canary_sensor", "generation_sensor", "derivative_sensor",
-                                     "health_after_ingest", "health_after_cycle",
-                                     "run_failure_alert", "alert_outbox", "dead_run_sensor")}
+                                     "approval_deadline_sensor", "health_after_ingest", "health_after_cycle",
+                                     "run_failure_alert", "alert_outbox", "dead_run_sensor", "forget_sensor")}

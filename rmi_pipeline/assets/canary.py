@@ -7,7 +7,9 @@ A derivative is trialled the same way for `fast` (its canary_for tag names the a
 asset judges the canary on what those users said (ml/canary.py): promote (that alias moves to it, one write),
 abort (the canary alias is removed, every user is back on that alias, a person is alerted once with the evidence),
 or wait for more rated answers. canary_sensor runs it after each ingest while a canary is on trial, and once more
-when RMI_CANARY_MAX_HOURS have passed.
+when RMI_CANARY_MAX_HOURS have passed. With RMI_PROMOTION=approval a canary for the champion that would be promoted
+waits for a person instead (assets/approval.py), still on trial: its users' evidence keeps growing while they decide,
+and a later abort still ends it.
 """
 
 import time
@@ -21,6 +23,7 @@ from ..resources.registry import CANARY, CANARY_FOR, CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..resources.warehouse import Warehouse
 from ..settings import Settings
+from .approval import APPROVAL, WAITING, request_approval
 from .feedback import feedback_events
 from .promotion import STARTED_AT, champion_moved
 
@@ -30,8 +33,9 @@ def canary_verdict(context: AssetExecutionContext, settings: ResourceParam[Setti
                    registry: ModelRegistry, warehouse: Warehouse, notifier: Notifier) -> MaterializeResult:
     """The canary's users against those of the alias it is on trial to take (champion, or fast) over the same
     feedback batches: thumbs-down per slice with an interval at the gate's confidence. Promotes the canary (that
-    alias moves to it), aborts it (alias removed, one alert) or waits for RMI_CANARY_MIN_EVENTS rated answers
-    (RMI_CANARY_MAX_HOURS at most, then decides on what there is). A canary whose users liked answers the audit
+    alias moves to it; for the champion under RMI_PROMOTION=approval, a person is asked to), aborts it (alias
+    removed, one alert) or waits for RMI_CANARY_MIN_EVENTS rated answers (RMI_CANARY_MAX_HOURS at most, then
+    decides on what there is). A canary whose users liked answers the audit
     fails more often than the champion's (the live reward-hacking probe) is aborted, not promoted."""
     from ..ml.canary import ABORT, PROMOTE, judge
 
@@ -67,7 +71,10 @@ def canary_verdict(context: AssetExecutionContext, settings: ResourceParam[Setti
     compared = {"canary_for": target, f"{baseline_alias}_version": against}
     storage.write_json(layout.canary_verdict(version), {**verdict.as_dict(), "hours": hours, **compared})
     moved = {}
-    if verdict.action == PROMOTE:
+    if verdict.action == PROMOTE and target == CHAMPION and settings.promotion == "approval":
+        request_approval(context, settings.approval_hours, registry, notifier, version, against, verdict.reason)
+        moved = {"approval": registry.tags_of(version)[APPROVAL]}
+    elif verdict.action == PROMOTE:
         tags = {"promoted_at": datetime.now(UTC).isoformat(), "promoted_by": "canary",
                 "promoted_in_dagster_run": context.run.run_id}
         previous = registry.promote(version, tags) if target == CHAMPION else registry.point(target, version, tags)
@@ -81,7 +88,8 @@ def canary_verdict(context: AssetExecutionContext, settings: ResourceParam[Setti
                         key=f"promotion-{version}" if target == CHAMPION else f"promotion-{target}-{version}",
                         run_id=context.run.run_id)
     elif verdict.action == ABORT:
-        registry.end_canary({"canary_outcome": "aborted", "canary_reason": verdict.reason[:4000]})
+        registry.end_canary({"canary_outcome": "aborted", "canary_reason": verdict.reason[:4000],
+                             **({APPROVAL: "aborted"} if canary.tags.get(APPROVAL) == WAITING else {})})
         # the button moves the champion: offered only for a canary on trial to take it
         promote = {"rmi_promote": {"version": version}} if target == CHAMPION else {}
         notifier.notify("canary", f"{verdict.reason} All users are back on {baseline_alias} v{against}.",

@@ -48,14 +48,22 @@ def feedback_batch(context: AssetExecutionContext, settings: ResourceParam[Setti
 
 
 def check_batch(storage: ObjectStore, name: str, settings: Settings) -> tuple[dict, dict]:
-    """Parse and validate a landed batch; write its valid events, its quarantine and its summary.
+    """Parse and validate a landed batch, redact personal data in it (RMI_REDACT); write its valid events, its
+    quarantine and its summary; then remove its original (or move it to RMI_REDACT_ORIGINALS_URL).
 
     Returns (summary, rows_valid check metadata with `passed`)."""
     from ..schema import parse_batch
 
+    summary_key = layout.validated_summary(name)
+    if storage.exists(summary_key) and (done := storage.read_json(summary_key)).get("original") is not None:
+        _remove_original(storage, name, settings)  # a run killed before it did: the original goes, the check stands
+        return {k: v for k, v in done.items() if k != "check"}, done["check"]
     parsed = parse_batch(name, storage.read_bytes(layout.incoming(name)), name, settings.feedback.max_text_chars,
                          settings.cache_dir)
     events = add_slices(parsed.frame, settings.recipe)
+    redacted = None
+    if settings.privacy.redact:
+        events, redacted = redact_batch(events, parsed.quarantined, settings)
     rows_in = parsed.rows_in
     bad_share = len(parsed.quarantined) / max(1, rows_in)
     passed = bad_share <= settings.feedback.max_bad_share
@@ -71,8 +79,8 @@ def check_batch(storage: ObjectStore, name: str, settings: Settings) -> tuple[di
     for q in parsed.quarantined:
         reasons[q["reason"]] = reasons.get(q["reason"], 0) + 1
     summary = {"rows_in": rows_in, "valid": events.height, "quarantined": len(parsed.quarantined),
-               "duplicates_in_batch": parsed.duplicates, "quarantined_whole": not passed}
-    storage.write_json(layout.validated_summary(name), summary)
+               "duplicates_in_batch": parsed.duplicates, "quarantined_whole": not passed,
+               **(redacted.metadata() if redacted else {})}
     check = {
         "passed": passed, "bad_share": round(bad_share, 4), "limit": settings.feedback.max_bad_share,
         "expectations_evaluated": parsed.expectations_evaluated,
@@ -80,7 +88,42 @@ def check_batch(storage: ObjectStore, name: str, settings: Settings) -> tuple[di
         "rows_not_parsed": parsed.unparsed,  # never became a row (malformed JSON, invalid UTF-8, ...)
         "quarantine_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])[:10]),
     }
+    if redacted is None:
+        storage.write_json(summary_key, summary)
+        return summary, check
+    where = settings.privacy.redact_originals_url
+    summary["original"] = f"moved to {where}" if where else "removed"
+    storage.write_json(summary_key, {**summary, "check": check})
+    _remove_original(storage, name, settings)
     return summary, check
+
+
+def redact_batch(events, quarantined: list[dict], settings: Settings):
+    """The events with personal data replaced by <TYPE> placeholders, the quarantined rows' raw text too; what was
+    found (privacy/redact.py)."""
+    from ..privacy.redact import redactor
+    from ..recipes.base import load_recipe
+
+    redactor = redactor(settings)
+    events, found = redactor.events(events)
+    raws, in_quarantine = redactor.raw_rows([row["raw"] for row in quarantined], load_recipe(settings.recipe))
+    for row, raw in zip(quarantined, raws, strict=True):
+        row["raw"] = raw
+    found.add(in_quarantine)
+    return events, found
+
+
+def _remove_original(storage: ObjectStore, name: str, settings: Settings) -> None:
+    """Once redacted, a landed file's original goes: moved to the originals store a team keeps, or emptied (its
+    name stays in incoming/: the sensor knows a batch by its file's name)."""
+    key = layout.incoming(name)
+    data = storage.read_bytes(key) if storage.exists(key) else b""
+    if not data:
+        return
+    if settings.privacy.redact_originals_url:
+        ObjectStore(url=settings.privacy.redact_originals_url,
+                    endpoint_url=settings.storage.s3_endpoint_url).write_bytes(key, data)
+    storage.write_bytes(key, b"")
 
 
 def _expectation_table(failed: dict[str, int], check: dict) -> str:
@@ -124,7 +167,8 @@ def feedback_events(context: AssetExecutionContext, storage: ObjectStore, wareho
 def land_batch(storage: ObjectStore, warehouse: Warehouse, name: str) -> dict:
     """A validated batch into the warehouse; its counts, which must add up."""
     summary = storage.read_json(layout.validated_summary(name))
-    ingested, duplicates = warehouse.ingest(storage.read_parquet(layout.validated(name)))
+    ingested, duplicates = warehouse.ingest(storage.read_parquet(layout.validated(name)), name,
+                                            summary.get("redacted"))
     counts = {"rows_in": summary["rows_in"], "ingested": ingested,
               "duplicates": duplicates + summary["duplicates_in_batch"], "quarantined": summary["quarantined"]}
     if counts["rows_in"] != counts["ingested"] + counts["duplicates"] + counts["quarantined"]:

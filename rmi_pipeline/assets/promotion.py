@@ -1,5 +1,6 @@
-"""The champion: the alias moves to the challenger only when its evaluation says promote, and with
-RMI_PROMOTION=canary only after its users did not find it worse (assets/canary.py)."""
+"""The champion: the alias moves to the challenger only when its evaluation says promote, with
+RMI_PROMOTION=canary only after its users did not find it worse (assets/canary.py), and with
+RMI_PROMOTION=approval only when a person says so (assets/approval.py)."""
 
 import time
 from datetime import UTC, datetime
@@ -11,6 +12,7 @@ from ..resources.notifier import Notifier
 from ..resources.registry import CANARY, CHALLENGER, CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
 from ..settings import Settings
+from .approval import request_approval
 from .evaluation import candidate_evaluation
 
 STARTED_AT = "canary_started_at"  # model version tag: when the canary alias was set (Unix seconds)
@@ -22,6 +24,7 @@ def champion(context: AssetExecutionContext, settings: ResourceParam[Settings], 
     """The MLflow alias `champion` moves to the challenger when its evaluation says promote (one alias write, and an
     alert); a rejected challenger leaves everything as it was. With RMI_PROMOTION=canary a first model is promoted
     so, and a later one becomes the canary instead, which canary_verdict promotes or aborts on what its users say.
+    With RMI_PROMOTION=approval, where this would promote, the challenger waits for a person instead.
     Materializes only when the champion changes."""
     challenger = registry.version(CHALLENGER)
     if challenger is None:
@@ -49,6 +52,10 @@ def champion(context: AssetExecutionContext, settings: ResourceParam[Settings], 
                          + (f" (it replaces canary v{replaced.version})" if replaced else "")
                          + f". {decision['reason']}")
         return
+    if settings.promotion == "approval":
+        request_approval(context, settings.approval_hours, registry, notifier, str(challenger.version),
+                         str(current.version) if current else None, decision["reason"])
+        return
     previous = registry.promote(challenger.version, {
         "promoted_at": datetime.now(UTC).isoformat(), "promoted_by": "gate",
         "promoted_in_dagster_run": context.run.run_id,
@@ -72,13 +79,13 @@ def trial_tags(context, settings: Settings) -> dict[str, str]:
 
 
 def promotion_mode(settings: Settings, storage: ObjectStore, context, alias: str = CHAMPION) -> str:
-    """RMI_PROMOTION, with `auto` made canary while a gateway of `alias` serves users (a canary for it needs them),
-    else offline."""
+    """RMI_PROMOTION's route, with `auto` (and `approval`, which waits for a person at its end) made canary while
+    a gateway of `alias` serves users (a canary for it needs them), else offline."""
     mode = settings.promotion
-    if mode != "auto":
+    if mode not in ("auto", "approval"):
         return mode
     gateways = serving_gateways(storage, alias)
-    context.log.info(f"RMI_PROMOTION=auto: {len(gateways)} gateway(s) of @{alias} serve users with a canary "
+    context.log.info(f"RMI_PROMOTION={mode}: {len(gateways)} gateway(s) of @{alias} serve users with a canary "
                      f"share, so promotion is {'canary' if gateways else 'offline'}")
     return "canary" if gateways else "offline"
 

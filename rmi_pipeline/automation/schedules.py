@@ -1,4 +1,5 @@
-"""The health check runs on a schedule (hourly by default), after every ingest and after every cycle.
+"""The health check runs on a schedule (hourly by default), after every ingest and after every cycle; retention
+deletes old feedback on its own schedule.
 
 After a cycle, a new champion gets its baseline at once, and a champion a cycle failed to replace is checked again.
 """
@@ -13,6 +14,7 @@ from dagster import (
     run_status_sensor,
 )
 
+from .forget import forget_feedback
 from .jobs import health_check, improvement_cycle, ingest_feedback, waiting_to_start
 
 
@@ -21,6 +23,24 @@ def health_schedule(cron: str) -> ScheduleDefinition:
                               default_status=DefaultScheduleStatus.RUNNING,
                               description=f"Checks the champion's health on the cron '{cron}' (RMI_HEALTH_CRON), "
                                           "even when no feedback lands.")
+
+
+def retention_schedule(settings) -> ScheduleDefinition:
+    """Runs by default and does nothing until RMI_RETENTION_DAYS is set: turning retention on is one setting."""
+    days, cron = settings.privacy.retention_days, settings.privacy.retention_cron
+
+    def evaluate(context):
+        if days is None:
+            return SkipReason("RMI_RETENTION_DAYS is unset: feedback is kept")
+        return RunRequest(run_config={"ops": {"forget_requests": {"config": {"retention": True}}}},
+                          tags={"rmi/trigger": "retention"})
+
+    return ScheduleDefinition(name="retention_schedule", job=forget_feedback, cron_schedule=cron,
+                              execution_fn=evaluate, default_status=DefaultScheduleStatus.RUNNING,
+                              description=f"On the cron '{cron}' (RMI_RETENTION_CRON): deletes the feedback older "
+                                          "than RMI_RETENTION_DAYS from every store, as `rmi feedback forget` deletes "
+                                          "a user's, with an audit entry"
+                                          + (f" (now {days} days)." if days else "; skips while it is unset."))
 
 
 @run_status_sensor(run_status=DagsterRunStatus.SUCCESS, monitored_jobs=[ingest_feedback], request_job=health_check,

@@ -6,6 +6,7 @@ regression_sensor: a regressed champion_health starts a targeted cycle, within a
 canary_sensor: while a canary is on trial, each ingest (and its time running out) asks canary_verdict for a verdict.
 generation_sensor: when the champion's gains stall, a new generation of RMI_GENERATION_SIZE, within a budget.
 derivative_sensor: after each promotion, a derivative of RMI_DERIVATIVE_SIZE distilled from the new champion.
+approval_deadline_sensor: a version left waiting for a person's approval past RMI_APPROVAL_HOURS is dropped.
 """
 
 from dagster import (
@@ -20,6 +21,7 @@ from dagster import (
 )
 
 from ..assets import candidate_evaluation, champion, champion_health, feedback_events, training_dataset
+from ..assets.approval import waiting
 from ..assets.derivative import DerivativeConfig, fast_candidate
 from ..assets.partitions import can_be_partition, feedback_batches
 from ..assets.promotion import STARTED_AT
@@ -87,7 +89,8 @@ def new_feedback_sensor(context: SensorEvaluationContext, settings: ResourcePara
 @sensor(job=improvement_cycle, default_status=DefaultSensorStatus.RUNNING,
         description="Every RMI_SENSOR_INTERVAL_SECONDS (30 s by default): once RMI_CYCLE_MIN_NEW_EVENTS feedback "
                     "events have landed since the last training "
-                    "dataset, starts an improvement_cycle (one at a time; none while a canary is on trial).")
+                    "dataset, starts an improvement_cycle (one at a time; none while a canary is on trial or a "
+                    "version waits for a person's approval).")
 def enough_feedback_sensor(context: SensorEvaluationContext, settings: ResourceParam[Settings],
                            registry: ModelRegistry):
     """Starts an improvement cycle once RMI_CYCLE_MIN_NEW_EVENTS events have been ingested since the last dataset.
@@ -95,8 +98,8 @@ def enough_feedback_sensor(context: SensorEvaluationContext, settings: ResourceP
     It reads Dagster's event log: the `ingested` counts of feedback_events materializations newer than the latest
     training_dataset materialization (which took every event before it). No cursor to lose, and it never opens
     the warehouse, which a running ingest may hold. It waits while a cycle is already queued or running, and while
-    a canary is on trial: a challenger passing the gate would replace it before its users had their say (with a
-    cycle every few minutes, no canary was ever judged)."""
+    a canary is on trial or a version waits for approval: a challenger passing the gate would replace it before its
+    users or a person had their say (with a cycle every few minutes, no canary was ever judged)."""
     from dagster import AssetRecordsFilter, RunsFilter
 
     from ..resources.registry import CANARY
@@ -115,6 +118,8 @@ def enough_feedback_sensor(context: SensorEvaluationContext, settings: ResourceP
         return SkipReason(f"{pending} new feedback events wait for the running cycle")
     if (canary := registry.version(CANARY)) is not None:
         return SkipReason(f"{pending} new feedback events wait for canary v{canary.version}'s verdict")
+    if (asked := waiting(registry)) is not None:
+        return SkipReason(f"{pending} new feedback events wait for a person's approval of v{asked.version}")
     newest = max(r.storage_id for r in records)
     return RunRequest(run_key=f"feedback-{after}-{newest}",  # one cycle per state of the event log
                       run_config=cycle_run_config(settings),
@@ -238,6 +243,8 @@ def generation_sensor(context: SensorEvaluationContext, settings: ResourceParam[
         return SkipReason("the gains stalled: a new generation waits for the running cycle")
     if (canary := registry.version(CANARY)) is not None:
         return SkipReason(f"the gains stalled: a new generation waits for canary v{canary.version}'s verdict")
+    if (asked := waiting(registry)) is not None:
+        return SkipReason(f"the gains stalled: a new generation waits for a person's approval of v{asked.version}")
     return RunRequest(
         run_key=f"generation-v{version}-{len(attempts) + 1}",  # one run per attempt, however many ticks ask
         run_config=cycle_run_config(settings, CandidateConfig(size=rules.size, taught=True)),
@@ -280,3 +287,36 @@ def derivative_sensor(context: SensorEvaluationContext, settings: ResourceParam[
         run_config=RunConfig(ops={fast_candidate.op.name: DerivativeConfig(size=size, taught=True)}),
         tags={"rmi/trigger": "derivative", "rmi/champion": version, "rmi/derivative_size": size},
     )
+
+
+@sensor(default_status=DefaultSensorStatus.RUNNING,
+        description="Every RMI_SENSOR_INTERVAL_SECONDS (30 s by default), with RMI_PROMOTION=approval: a version "
+                    "left waiting for a person's approval past RMI_APPROVAL_HOURS (72 by default) is dropped "
+                    "(approval: expired; no longer challenger or canary; the champion stays) and a person is "
+                    "alerted. `rmi promote VERSION` still promotes it by hand.")
+def approval_deadline_sensor(context: SensorEvaluationContext, settings: ResourceParam[Settings],
+                             registry: ModelRegistry, notifier: Notifier):
+    """An unanswered request must not keep a challenger, and the cycles that wait for it, in limbo for ever. One
+    search of the registry by tag per tick."""
+    from datetime import UTC, datetime
+
+    from ..assets.approval import window
+    from ..resources.registry import CHAMPION
+    from .overrides import drop
+
+    asked = waiting(registry)
+    if asked is None:
+        return SkipReason("no version waits for approval")
+    since, until = window(asked, settings.approval_hours)
+    now = datetime.now(UTC)
+    if now < until:
+        return SkipReason(f"v{asked.version} waits for approval until {until:%Y-%m-%d %H:%M} UTC")
+    version = str(asked.version)
+    said = (f"v{version} waited for a person's approval from {since:%Y-%m-%d %H:%M} UTC past its deadline "
+            f"({settings.approval_hours:g} h, RMI_APPROVAL_HOURS) and was dropped")
+    removed = drop(registry, context.instance, version, "expired", said, {"approval_expired_at": now.isoformat()})
+    held = registry.version(CHAMPION)
+    notifier.notify("approval", f"{said}" + (f" (no longer {' or '.join(removed)})" if removed else "")
+                    + f"; champion stays v{held.version if held else 'none'}. `rmi promote {version} --reason ...` "
+                    "still promotes it by hand.", key=f"approval-expired-{version}", actions={"rmi_ack": {}})
+    return SkipReason(said)

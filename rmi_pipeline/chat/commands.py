@@ -1,7 +1,9 @@
 """What `/rmi` understands, and the audited paths it acts through (the same as `rmi promote` and `rmi rollback`).
 
     /rmi status                         champion, challenger, canary, health, the last cycles
-    /rmi promote VERSION reason...      a person overrides the gate
+    /rmi promote VERSION reason...      a person overrides the gate (or approves the version that waits)
+    /rmi approve VERSION reason...      promote the version that waits for approval, and only it
+    /rmi reject VERSION reason...       turn down the version that waits for approval
     /rmi rollback reason...             back to the previous champion
     /rmi cycle [SLICE ...]              an improvement_cycle run, aimed at the slices when given (add/5 sub/7)
     /rmi generation SIZE                a new generation of that size from scratch, taught by the champion
@@ -9,6 +11,7 @@
     /rmi stop generation|derivative reason...   stop the queued or running runs of that kind
     /rmi pause | resume                 the loop's sensors and schedules (alerts stay on)
     /rmi canary abort reason...         end the canary's trial: every user back on the champion
+    /rmi forget USER_ID reason...       delete a user's feedback from every store (RMI_FORGET_ALLOWED only)
 
 Every text is untrusted: it is split into words and matched against these forms, never evaluated.
 """
@@ -21,11 +24,13 @@ from . import blocks
 from .blocks import Reply
 from .dagster_api import DagsterAPI
 
-USAGE = ("`/rmi status` | `/rmi promote VERSION reason...` | `/rmi rollback reason...` | `/rmi cycle [slice ...]` | "
+USAGE = ("`/rmi status` | `/rmi promote VERSION reason...` | `/rmi approve VERSION reason...` | "
+         "`/rmi reject VERSION reason...` | `/rmi rollback reason...` | `/rmi cycle [slice ...]` | "
          "`/rmi generation SIZE` | `/rmi derivative [SIZE]` | `/rmi stop generation|derivative reason...` | "
-         "`/rmi pause` | `/rmi resume` | `/rmi canary abort reason...`")
+         "`/rmi pause` | `/rmi resume` | `/rmi canary abort reason...` | `/rmi forget USER_ID reason...`")
 # the commands that change something
-ACTS = ("promote", "rollback", "cycle", "generation", "derivative", "stop", "pause", "resume", "canary")
+ACTS = ("promote", "approve", "reject", "rollback", "cycle", "generation", "derivative", "stop", "pause", "resume",
+        "canary", "forget")
 
 
 class Refused(ValueError):
@@ -40,6 +45,7 @@ class Command:
     slices: tuple[str, ...] = ()
     size: str = ""  # a new generation's or a derivative's ("": RMI_DERIVATIVE_SIZE)
     kind: str = ""  # what `stop` stops: generation or derivative
+    subject: str = ""  # whose feedback `forget` deletes: a user id as events carry it
 
     @property
     def acts(self) -> bool:
@@ -53,9 +59,9 @@ def parse(text: str) -> Command:
     name, rest = words[0].lower(), words[1:]
     if name in ("status", "pause", "resume") and not rest:
         return Command(name)
-    if name == "promote":
+    if name in ("promote", "approve", "reject"):
         if not rest:
-            raise Refused("promote needs a version and a reason: `/rmi promote 7 the new slice needs it`")
+            raise Refused(f"{name} needs a version and a reason: `/rmi {name} 7 the new slice needs it`")
         if not rest[0].removeprefix("v").isdigit():
             raise Refused(f"a model version is a number, not {rest[0][:40]!r}")
         return Command(name, version=rest[0].removeprefix("v"), reason=_reason(name, rest[1:]))
@@ -75,6 +81,10 @@ def parse(text: str) -> Command:
         if rest[:1] not in (["generation"], ["derivative"]):
             raise Refused("stop what? `/rmi stop generation reason...` or `/rmi stop derivative reason...`")
         return Command(name, kind=rest[0], reason=_reason(f"stop {rest[0]}", rest[1:]))
+    if name == "forget":
+        if not rest:
+            raise Refused("forget needs a user id and a reason: `/rmi forget user-42 their request of 3 May`")
+        return Command(name, subject=rest[0][:200], reason=_reason("forget", rest[1:]))
     if name == "canary" and rest[:1] == ["abort"]:
         return Command(name, reason=_reason("canary abort", rest[1:]))
     raise Refused(f"I do not know `{' '.join(words)[:80]}`. Commands: {USAGE}")
@@ -86,6 +96,9 @@ def from_button(kind: str, value: dict, alert: str) -> Command:
         return Command("rollback", reason=f"Roll back, from {alert}")
     if kind == "promote":
         return Command("promote", version=str(value.get("version", "")), reason=f"Promote anyway, from {alert}")
+    if kind in ("approve", "reject"):
+        said = {"approve": "Approved", "reject": "Rejected"}[kind]
+        return Command(kind, version=str(value.get("version", "")), reason=f"{said}, from {alert}")
     if kind == "cycle":
         return Command("cycle", slices=tuple(value.get("slices", [])))
     raise Refused(f"no command behind the button {kind!r}")
@@ -135,6 +148,25 @@ class CommandRunner:
         return Reply(f"Champion v{before} -> v{after}, promoted by {who}: {blocks.escape(command.reason)}",
                      [blocks.section(f":arrow_up: *Champion v{before} -> v{after}*, promoted by {who} past the "
                                      f"gate.\n>{blocks.escape(command.reason)}")])
+
+    def _approve(self, command: Command, who: str) -> Reply:
+        from ..automation.overrides import override
+
+        before, after = override(self.settings, "approve", command.reason, by=who, via="Slack",
+                                 version=command.version)
+        return Reply(f"Champion v{before} -> v{after}, approved by {who}: {blocks.escape(command.reason)}",
+                     [blocks.section(f":white_check_mark: *Champion v{before} -> v{after}*, approved by {who}."
+                                     f"\n>{blocks.escape(command.reason)}")])
+
+    def _reject(self, command: Command, who: str) -> Reply:
+        from ..automation.overrides import reject
+
+        held, removed = reject(self.settings, command.version, command.reason, by=who, via="Slack")
+        gone = f"; no longer {' or '.join(removed)}" if removed else ""
+        return Reply(f"v{command.version} rejected by {who}; champion stays v{held}{gone}: "
+                     f"{blocks.escape(command.reason)}",
+                     [blocks.section(f":no_entry_sign: *v{command.version} rejected* by {who}; champion stays "
+                                     f"v{held}{gone}.\n>{blocks.escape(command.reason)}")])
 
     def _rollback(self, command: Command, who: str) -> Reply:
         from ..automation.overrides import override
@@ -268,6 +300,24 @@ class CommandRunner:
                      [blocks.section(f":no_entry: *Canary v{ended} aborted* by {who}; every user is back on "
                                      f"champion v{champion.version if champion else '?'} within "
                                      f"{self.settings.serving.reload_seconds:g} s.\n>{blocks.escape(command.reason)}")])
+
+
+    def _forget(self, command: Command, who: str) -> Reply:
+        """A deletion request, completed by the forget sensor's run; only for RMI_FORGET_ALLOWED. The reply names
+        neither the user nor the reason (which may): the channel may be read by many."""
+        from ..privacy.forget import request
+        from ..privacy.scope import Scope
+
+        slack_user = who.removeprefix("slack:").split(" ", 1)[0]
+        if slack_user not in self.settings.privacy.forget_allowed:
+            raise Refused("only the users in RMI_FORGET_ALLOWED may delete a user's feedback")
+        request_id = request(self.settings, Scope(user_id=command.subject), by=who, via="Slack",
+                             reason=command.reason)
+        said = (f"Deletion {request_id} requested by {who}: the user's feedback is removed from every store by the "
+                "next forget_feedback run; its audit entry is privacy/audit/" + request_id + ".json")
+        return Reply(said, [blocks.section(f":wastebasket: *Deletion {request_id}* requested by {who}: the user's "
+                                           "feedback is removed from every store by the next forget_feedback run "
+                                           f"(audit entry `privacy/audit/{request_id}.json`).")])
 
 
 def _is_slice(recipe, name: str) -> bool:

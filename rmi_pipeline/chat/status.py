@@ -1,5 +1,5 @@
-"""`/rmi status`: the models, the canary, the champion's health, the last cycles and the latest new generations
-and derivatives, as Block Kit."""
+"""`/rmi status`: the models, the canary, a version waiting for approval, the champion's health, the last cycles
+and the latest new generations and derivatives, as Block Kit."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ def status(settings, dagster) -> Reply:
     from dagster import DagsterInstance, RunsFilter
 
     from ..assets import champion_health
+    from ..assets.approval import waiting, waiting_line
     from ..assets.derivative import DERIVATIVE_OF
     from ..assets.selection import choice_of
     from ..automation.jobs import successor_line, successor_runs
@@ -33,6 +34,9 @@ def status(settings, dagster) -> Reply:
         lines.append(f"*Canary* v{canary.version} on trial, {settings.canary.share:.0%} of users: {said}")
     else:
         lines.append(f"*Canary* none (promotion: {settings.promotion})")
+    if (asked := waiting(registry)) is not None:
+        lines.append(f"*Approval* {waiting_line(asked, settings.approval_hours)}: `/rmi approve {asked.version} "
+                     f"reason...` or `/rmi reject {asked.version} reason...`")
     if (fast := registry.version(FAST)) is not None:
         lines.append(f"*Fast* v{fast.version}, distilled from v{fast.tags.get(DERIVATIVE_OF, '?')}, "
                      f"{fast.tags.get('speedup', '?')}x as fast")

@@ -5,6 +5,11 @@
     rmi feedback stats [--days 7] [--top 10]
                                            thumbs-down by model version, skill and tier (per day),
                                            the most failed prompts and the latest corrections
+    rmi feedback forget --user ID --reason T
+                                           delete a user's feedback from every store (audited), and
+                                           name the model versions trained on it
+    rmi feedback forget --pending          complete the deletions asked for before (gateway, Slack, a
+                                           run that was stopped)
 
 Ingest goes through the same sensor tick and ingest job as the daemon, so a file landed here is
 validated, quarantined and counted exactly like one a production service writes.
@@ -78,7 +83,7 @@ def ingest(
         raise ValueError(f"a batch named {name} has already landed; give new feedback a new file name")
     if batch.state == "landing":
         raise ValueError(f"a batch named {name} is already landing (run {batch.last_run_id}); wait for it")
-    if storage.exists(key) and storage.read_bytes(key) != data:
+    if storage.exists(key) and storage.read_bytes(key) not in (data, b""):  # empty: an original redacted away
         raise ValueError(f"another file named {name} waits in {storage.uri(layout.INCOMING)} to land; give this "
                          "feedback a new file name")
     storage.write_bytes(key, data)
@@ -121,6 +126,57 @@ def stats(days: Annotated[int, typer.Option(min=1, help="Days of the per-day tab
     for title, sql in sections:
         say(f"{title}\n{table(_frame(warehouse, sql))}\n")
     return 0
+
+
+def forget(
+    user: Annotated[str | None, typer.Option("--user", help="The user whose feedback is deleted, as events carry "
+                                             "it in user_id.")] = None,
+    reason: Annotated[str, typer.Option(help="Why (the request, a ticket): kept in the audit entry, with the "
+                                        "user's id replaced.")] = "",
+    pending: Annotated[bool, typer.Option("--pending", help="Only complete the deletions asked for before (through "
+                                          "the gateway, Slack or a run that was stopped).")] = False,
+) -> int:
+    """Delete a user's feedback from every store: the warehouse (its files and history too), the batch files, the
+    gateway's log, training datasets, practice rows and mined eval items; say which model versions were trained on
+    it. Each deletion is a request first, completed step by step: one stopped half way is completed by the next
+    `rmi feedback forget`. What it removes and its limits: docs/how-to/personal-data.md."""
+    import getpass
+
+    from ..privacy.forget import complete_pending, forget_user
+
+    settings = Settings()
+    if pending == (user is not None):
+        raise ValueError("name a user (--user ID --reason TEXT), or --pending to complete earlier requests")
+    if user is not None and not user.strip():
+        raise ValueError("--user must not be empty")
+    if user is not None and not reason.strip():
+        raise ValueError("--reason is required: a deletion without one is not auditable")
+    prepare_home(settings)
+    if pending:
+        audits = complete_pending(settings)
+        say(f"{len(audits)} pending deletion(s) completed" if audits else "no deletion was pending")
+    else:
+        audits = [forget_user(settings, user, by=f"cli:{getpass.getuser()}", via="cli", reason=reason)]
+    for audit in audits:
+        say(deletion_report(audit))
+    return 0
+
+
+def deletion_report(audit: dict) -> str:
+    """A completed deletion in words: what was removed per store, and the models that learned from it."""
+    what = "one user's feedback" if audit["kind"] == "user" else f"feedback older than {audit['older_than'][:16]}"
+    lines = [f"deleted {what} (request {audit['request_id']}, after {audit['attempts']} run(s)):"]
+    removed = {k: v for k, v in audit["removed"].items() if v}
+    lines += [f"  {name.replace('_', ' '):<26} {n:>8}" for name, n in removed.items()] or ["  nothing was found"]
+    if audit["datasets_changed"]:
+        lines.append(f"datasets rewritten without their rows: {', '.join(audit['datasets_changed'])}")
+    if audit["models_trained_on_it"]:
+        lines.append("model versions that learned from it (they keep what they learned: retrain or keep them, as "
+                     "your policy says):")
+        lines += [f"  v{m['version']}{' (' + ', '.join(m['aliases']) + ')' if m['aliases'] else ''}: {m['because']}"
+                  for m in audit["models_trained_on_it"]]
+    lines.append(f"audit entry: privacy/audit/{audit['request_id']}.json in the object store")
+    return "\n".join(lines)
 
 
 def _frame(warehouse, sql: str):

@@ -9,10 +9,12 @@
     rmi status                       champion, challenger, canary, warehouse, pending batches and recent runs
     rmi feedback ingest PATH         validate a local batch file and land it in the warehouse now
     rmi feedback stats               thumbs-down rates, corrections and failing prompts
+    rmi feedback forget --user ID    delete a user's feedback from every store (audited); --pending completes requests
     rmi generation --size NAME       a new generation from scratch, taught by the champion, gated like any challenger
     rmi derivative [--size NAME]     a smaller student distilled from the champion: the alias `fast` if it keeps up
     rmi promote VERSION --reason T   a person overrides the gate (audited)
     rmi rollback --reason T          back to the previous champion (audited)
+    rmi reject VERSION --reason T    turn down the version that waits for approval (RMI_PROMOTION=approval; audited)
     rmi check-recipe PATH            check a recipe (package.module:ClassName) against the recipe contract
 
 Every help page shows the defaults; settings come from RMI_* environment variables (docs/reference/settings.md).
@@ -34,7 +36,7 @@ from .check import check_recipe
 from .extras import require
 from .generations import derivative, generation
 from .home import prepare_home, reach_stores, say
-from .overrides import promote, rollback
+from .overrides import promote, reject, rollback
 from .run import run
 from .serve import serve
 from .ui import ui
@@ -46,7 +48,8 @@ app = typer.Typer(name="rmi", help="Recursive model improvement on Dagster: feed
                   "evals -> promotion, turning by itself.", epilog=SETTINGS, no_args_is_help=True,
                   add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
-feedback_app = typer.Typer(help="Land a feedback file, or see what users say.", no_args_is_help=True,
+feedback_app = typer.Typer(help="Land a feedback file, see what users say, or delete a user's feedback.",
+                           no_args_is_help=True,
                            epilog=SETTINGS, rich_markup_mode=None)
 app.add_typer(feedback_app, name="feedback")
 
@@ -130,8 +133,8 @@ def status() -> int:
     return 0
 
 
-COMMANDS = (run, ui, serve, chat, simulate, status, generation, derivative, promote, rollback, check_recipe)
-FEEDBACK = (feedback.ingest, feedback.stats)
+COMMANDS = (run, ui, serve, chat, simulate, status, generation, derivative, promote, rollback, reject, check_recipe)
+FEEDBACK = (feedback.ingest, feedback.stats, feedback.forget)
 for command in COMMANDS:
     app.command(epilog=SETTINGS)(command)
 for command in FEEDBACK:

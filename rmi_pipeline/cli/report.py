@@ -16,6 +16,7 @@ from ..assets import (
     reward_model,
     training_dataset,
 )
+from ..assets.approval import waiting, waiting_line
 from ..assets.derivative import DERIVATIVE_OF
 from ..assets.probes import SUSPECTED, held_back
 from ..assets.selection import choice_of
@@ -322,17 +323,20 @@ def status_text(settings) -> str:
                 lines.append(f"    {SUSPECTED}: {mv.tags[SUSPECTED][:300]} (`rmi promote {mv.version} --reason ...` "
                              "clears it)")
     lines.append(_canary(settings, registry, res["storage"]))
+    if (asked := waiting(registry)) is not None:
+        lines.append(f"  approval: {waiting_line(asked, settings.approval_hours)} (`rmi promote {asked.version} "
+                     f"--reason ...` approves, `rmi reject {asked.version} --reason ...` rejects)")
     if (fast := registry.version(FAST)) is not None:
         lines.append(f"  {FAST}: v{fast.version}  distilled from v{fast.tags.get(DERIVATIVE_OF, '?')}  "
                      f"{fast.tags.get('speedup', '?')}x as fast  size {fast.tags.get(MODEL_SIZE, '?')}")
     lines += _successors()
     lines += _batches(settings, res["storage"])
-    waiting = res["notifier"].undelivered()
-    if waiting:
-        lines.append(f"alerts: {len(waiting)} not delivered yet (the webhook did not take them; sent again every "
+    undelivered = res["notifier"].undelivered()
+    if undelivered:
+        lines.append(f"alerts: {len(undelivered)} not delivered yet (the webhook did not take them; sent again every "
                      "minute by alert_outbox):")
         lines += [f"  {key}: {a['tries']} tries, last {a.get('last_error', '?')}"
-                  for key, a in list(waiting.items())[:5]]
+                  for key, a in list(undelivered.items())[:5]]
     quality = warehouse.query("SELECT * FROM feedback_quality")
     total = int(quality["events"].sum()) if len(quality) else 0
     lines.append(f"warehouse: {total} feedback events")

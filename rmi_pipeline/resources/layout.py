@@ -164,3 +164,27 @@ HEARTBEAT_SECONDS = 10.0  # how often a gateway says so; a word 3 times as old i
 
 def gateway(name: str) -> str:
     return f"{GATEWAYS}/{name}.json"
+
+
+# personal data: a deletion (a user's feedback on request, or feedback past RMI_RETENTION_DAYS) is a request first,
+# done store by store (privacy/forget.py), then audited without the content; the pending request is removed last
+FORGET_PENDING = "privacy/forget/pending"
+PRIVACY_AUDIT = "privacy/audit"
+AUDIT_KEY = "privacy/audit.key"  # the key of the audit's keyed hash of a user id: it names nobody without it
+PROBES = "probes"  # the folder of probes(version), in the sealed eval store
+
+
+def forget_request(request_id: str) -> str:
+    """A deletion not yet complete: whose or which events, who asked, and the steps done so far."""
+    return f"{FORGET_PENDING}/{request_id}.json"
+
+
+def forget_events(request_id: str) -> str:
+    """The events a deletion removes, as the warehouse held them before it (their texts find what was made of
+    them); removed with the request."""
+    return f"{FORGET_PENDING}/{request_id}.events.parquet"
+
+
+def privacy_audit(request_id: str) -> str:
+    """What a completed deletion removed, per store: counts, never the content or the user's id."""
+    return f"{PRIVACY_AUDIT}/{request_id}.json"

@@ -21,8 +21,8 @@ log = logging.getLogger("rmi.alerts")
 ATTEMPTS = 3  # per delivery, a second apart and then two (tenacity); after that the alert waits in the outbox
 # buttons an alert may carry, by Slack action id (`rmi chat` acts on a click through the audited paths)
 BUTTONS = {"rmi_rollback": "Roll back", "rmi_promote": "Promote anyway", "rmi_cycle": "Start a targeted cycle",
-           "rmi_ack": "Acknowledge"}
-MOVES_CHAMPION = ("rmi_rollback", "rmi_promote")
+           "rmi_ack": "Acknowledge", "rmi_approve": "Approve", "rmi_reject": "Reject"}
+MOVES_CHAMPION = ("rmi_rollback", "rmi_promote", "rmi_approve")
 
 
 class Notifier(ConfigurableResource):

@@ -9,6 +9,7 @@ Views (all times in UTC):
     feedback_daily     the same per day, model version, skill and tier: is a release or a slice getting worse?
     feedback_corrections  every correction with its prompt, the answer it replaced and where it came from
     failing_prompts    prompts ranked by thumbs-down, with their most recent correction
+    feedback_redactions  personal data replaced by placeholders at ingest, per day and entity type (no values)
 
 Idempotence without a PRIMARY KEY (DuckLake has none, and DuckDB reloaded a key index on every connection): each event
 keeps `id_key` (a 64-bit hash of its event_id); a batch scans that one narrow column for its keys, then compares the
@@ -35,7 +36,7 @@ from dagster import ConfigurableResource
 from ..schema import EVENT_COLUMNS
 from ..settings import Settings
 
-SCHEMA_VERSION = "3"  # bump when SCHEMA changes: writers run it only when the stored version differs
+SCHEMA_VERSION = "4"  # bump when SCHEMA changes: writers run it only when the stored version differs
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS feedback_events (
     {", ".join(f"{name} {kind}" for name, kind in EVENT_COLUMNS.items())},
@@ -43,6 +44,8 @@ CREATE TABLE IF NOT EXISTS feedback_events (
 );
 ALTER TABLE feedback_events ADD COLUMN IF NOT EXISTS id_key UBIGINT;  -- hash(event_id): see the module docstring
 CREATE TABLE IF NOT EXISTS warehouse_info (key VARCHAR, value VARCHAR);
+CREATE TABLE IF NOT EXISTS batch_redactions (batch_id VARCHAR, entity_type VARCHAR, found BIGINT,
+                                             landed_at TIMESTAMPTZ);
 CREATE TABLE IF NOT EXISTS ingest_turn (turn BIGINT);  -- one row each ingest bumps: see the module docstring
 INSERT INTO ingest_turn SELECT 0 WHERE NOT EXISTS (FROM ingest_turn);
 CREATE OR REPLACE VIEW feedback_quality AS
@@ -71,8 +74,12 @@ SELECT prompt, any_value(skill) AS skill, any_value(tier) AS tier,
        max(ts) AS last_seen
 FROM feedback_events GROUP BY prompt HAVING count(*) FILTER (rating = 'down') > 0
 ORDER BY thumbs_down DESC, thumbs_down_rate DESC, prompt;
+CREATE OR REPLACE VIEW feedback_redactions AS
+SELECT (landed_at AT TIME ZONE 'UTC')::DATE AS day, entity_type, sum(found) AS found,
+       count(DISTINCT batch_id) AS batches
+FROM batch_redactions GROUP BY ALL ORDER BY day, entity_type;
 """
-VIEWS = ("feedback_quality", "feedback_daily", "feedback_corrections", "failing_prompts")
+VIEWS = ("feedback_quality", "feedback_daily", "feedback_corrections", "failing_prompts", "feedback_redactions")
 KEY = "hash(event_id)"  # id_key of an event: 64 bits, so a batch scans 8 bytes per stored event, not its id
 # what another writer's commit, or the catalog's own lock, answers: worth another try, not an error
 RETRYABLE = ("transaction conflict", "database is locked", "maximum retry count", "could not serialize",
@@ -120,9 +127,9 @@ class Warehouse(ConfigurableResource):
         with self.connect():
             pass
 
-    def ingest(self, events) -> tuple[int, int]:
-        """Insert validated events (a polars frame with EVENT_COLUMNS) not already there; returns (ingested,
-        duplicates).
+    def ingest(self, events, batch: str | None = None, redacted: dict[str, int] | None = None) -> tuple[int, int]:
+        """Insert validated events (a polars frame with EVENT_COLUMNS) not already there, and what redaction
+        replaced in `batch` (entity type -> count) once; returns (ingested, duplicates).
 
         An event_id repeated inside `events` counts once, like one already in the warehouse, or one that another
         writer committed while this one ran."""
@@ -141,11 +148,74 @@ class Warehouse(ConfigurableResource):
             def commit() -> int:  # all of it again after a lost commit or a locked catalog
                 conn.register("incoming", incoming)
                 conn.execute(f"CREATE OR REPLACE TEMP TABLE batch AS SELECT {columns}, {KEY} AS id_key FROM incoming")
-                return _transaction(conn, lambda: conn.execute(insert).fetchall()[0][0],
-                                    "UPDATE ingest_turn SET turn = turn + 1")  # conflicts with any ingest beside it
+                def work() -> int:
+                    added = conn.execute(insert).fetchall()[0][0]
+                    if redacted:
+                        conn.execute("INSERT INTO batch_redactions SELECT ?, unnest(?), unnest(?), current_timestamp "
+                                     "WHERE NOT EXISTS (FROM batch_redactions WHERE batch_id = ?)",
+                                     [batch, list(redacted), list(redacted.values()), batch])
+                    return added
+
+                # the turn's bump conflicts with any ingest beside it
+                return _transaction(conn, work, "UPDATE ingest_turn SET turn = turn + 1")
 
             ingested = self._retrying(commit)
         return ingested, len(events) - ingested
+
+    def forget(self, where: str, params: list, on_deleted=None) -> int:
+        """Delete the events `where` holds for and leave no trace of them in the lake: returns the rows deleted
+        (and tells `on_deleted(n)` as soon as the delete commits, before the cleaning that follows).
+
+        A DuckLake delete only marks rows deleted: their Parquet files, the snapshots before it (time travel), the
+        rows it inlined in the catalog and the catalog's min/max statistics still hold them. So after the delete,
+        inlined rows are flushed to files, every older snapshot is expired, each file with a deleted row is
+        rewritten, the files no snapshot names are removed, and a SQLite catalog is vacuumed (deleted rows stay in
+        free pages until then). Each part is safe to run again: a deletion killed half way is finished by the
+        next one. The lake's history before the deletion is gone (no time travel to before it)."""
+        with self.connect() as conn:
+            deleted = self._retrying(lambda: _transaction(
+                conn, lambda: conn.execute(f"DELETE FROM feedback_events WHERE {where}", params).fetchall()[0][0],
+                "UPDATE ingest_turn SET turn = turn + 1"))  # an ingest beside it commits after, or again
+            if on_deleted is not None:
+                on_deleted(int(deleted))
+            for sql in ("CALL ducklake_flush_inlined_data('lake')",
+                        "CALL ducklake_expire_snapshots('lake', older_than => now())",
+                        "CALL ducklake_rewrite_data_files('lake', 'feedback_events', delete_threshold => 0)",
+                        "CALL ducklake_expire_snapshots('lake', older_than => now())",
+                        "CALL ducklake_cleanup_old_files('lake', cleanup_all => true)",
+                        # files a killed writer left (a writer at work now has younger ones)
+                        "CALL ducklake_delete_orphaned_files('lake', older_than => now() - INTERVAL 1 HOUR)"):
+                self._retrying(lambda sql=sql: conn.execute(sql).fetchall())
+        self._vacuum_catalog()
+        return int(deleted)
+
+    def _vacuum_catalog(self) -> None:
+        """Rewrite the SQLite catalog without its free pages (PostgreSQL's own VACUUM reclaims its dead rows)."""
+        import sqlite3
+
+        if self.catalog:
+            return
+        conn = sqlite3.connect(self.path, timeout=self.lock_timeout_seconds, isolation_level=None)
+        try:
+            conn.execute("VACUUM")
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()
+
+    def held(self, column: str, values: list[str]) -> set[str]:
+        """Which of `values` some event still holds in `column` (a text column of feedback_events)."""
+        import pyarrow as pa
+
+        if column not in EVENT_COLUMNS or not values:
+            return set()
+        wanted = pa.table({"value": pa.array(sorted(set(values)), pa.string())})
+        with self.connect(read_only=True) as conn:
+            conn.register("wanted", wanted)
+            rows = self._retrying(lambda: conn.execute(
+                f"SELECT DISTINCT {column} FROM feedback_events SEMI JOIN wanted ON {column} = wanted.value"
+            ).fetchall())
+        return {r[0] for r in rows}
 
     def query(self, sql: str, params: list | None = None):
         """A polars frame of a read-only query."""

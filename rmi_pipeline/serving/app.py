@@ -40,7 +40,7 @@ def build_app(settings: Settings, alias: str | None = None) -> FastAPI:
     app.state.gateway = gateway
     for router in routes.KEYED:
         app.include_router(router, dependencies=KEYED if config.api_keys else [])  # none: nothing to solve
-    for router in routes.OPEN:
+    for router in routes.OPEN + routes.ALWAYS_KEYED:  # the latter check their key themselves
         app.include_router(router)
     if config.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware

@@ -23,12 +23,21 @@ Served = Annotated[Gateway, Depends(current_gateway)]
 async def authorized(request: Request, gateway: Served) -> None:
     """A valid key in 'Authorization: Bearer KEY' or 'X-API-Key' (401), within its rate (429). The key is compared
     with every key, always: the time taken tells nothing about which one nearly matched."""
-    header = request.headers.get("authorization", "")
-    given = header[7:].strip() if header.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+    given = _given_key(request)
     matches = [hmac.compare_digest(given.encode(), key.encode()) for key in gateway.config.api_keys]
     if not given or not any(matches):
         raise HTTPException(401, "a valid API key is required (header 'Authorization: Bearer KEY')")
-    gateway.limiter.check(hashlib.sha256(given.encode()).hexdigest()[:16])
+    gateway.limiter.check(key_id(request))
+
+
+def _given_key(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    return header[7:].strip() if header.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+
+
+def key_id(request: Request) -> str:
+    """Which key a request came with, by a hash of it: what the rate limit and an audit name it by."""
+    return hashlib.sha256(_given_key(request).encode()).hexdigest()[:16]
 
 
 KEYED = [Depends(authorized)]  # the keyed routes' guard while RMI_SERVE_API_KEYS is set

@@ -58,8 +58,12 @@ class Gateway:
 
         torch.set_num_threads(self.config.threads)
         resources = build_resources(settings)
-        storage = resources["storage"]
-        self.write_batch = lambda name, data: storage.write_bytes(layout.incoming(name), data)
+        self.storage = storage = resources["storage"]
+        from ..privacy.redact import redactor
+
+        redact = redactor(settings).parquet if settings.privacy.redact else None  # before any batch file is written
+        self.write_batch = lambda name, data: storage.write_bytes(
+            layout.incoming(name), redact(data, self.recipe) if redact else data)
         name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.heartbeat = Heartbeat(storage, layout.gateway(name), alias, self.canary_share)
         registry, reload = resources["registry"], self.config.reload_seconds

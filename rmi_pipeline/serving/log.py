@@ -206,6 +206,14 @@ class FeedbackLog:
 
         return self.submit(write)
 
+    def forget(self, scope) -> dict[str, int]:
+        """Delete the answers and events in `scope` (privacy/scope.py) from the log, between flushes (a flush under
+        way writes its batch first: the deletion's own pass over the batch files finds it there)."""
+        from ..privacy.gateway_log import forget_logged
+
+        with self._flush_lock:
+            return forget_logged(self.path, scope)
+
     def pending(self) -> int:
         """Events committed and not yet written into a batch file."""
         return self.submit(lambda conn: conn.execute(

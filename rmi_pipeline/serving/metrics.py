@@ -49,12 +49,18 @@ class RequestMetrics:
     A path no route has counts as "other", so that a scan of random paths adds no series."""
 
     def __init__(self, app, metrics: Metrics, routes: frozenset[str]):
+        import re
+
         self.app, self.metrics, self.routes = app, metrics, routes
+        # a path with a parameter counts under its template: a user's id never becomes a label
+        self.templates = [(re.compile(re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(r)) + "$"), r)
+                          for r in routes if "{" in r]
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        route = scope["path"] if scope["path"] in self.routes else "other"
+        path = scope["path"]
+        route = path if path in self.routes else next((r for t, r in self.templates if t.match(path)), "other")
         started, status = time.perf_counter(), {"code": 500}
 
         async def counted(message):

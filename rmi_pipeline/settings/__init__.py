@@ -20,6 +20,7 @@ from .feedback import Feedback
 from .generations import Derivative, Generations, Teaching
 from .improvement import DEFAULT_MIX, SOURCES, Practice, RewardModel, Sampling, SelfLabelling
 from .operations import UI, Alerts, Automation, Health, Regression
+from .privacy import Privacy
 from .serving import Canary, Serving
 from .simulation import Simulation
 from .stores import Storage, Warehouse
@@ -92,12 +93,15 @@ class Settings(BaseSettings):
         "users' ratings ranks best; default 0: off)."))
     saturation: float = Field(default=0.9, description="Accuracy at which a tier counts as solved: practice and "
                               "self-labelling move one tier past it, the eval suite grows past it.")
-    promotion: Literal["auto", "canary", "offline"] = Field(default="auto", description="canary: a challenger that "
-                                                            "passes the offline gate answers RMI_CANARY_SHARE of "
-                                                            "users first, and canary_verdict promotes or aborts it "
-                                                            "on their thumbs-down; offline: the gate alone promotes; "
-                                                            "auto: canary while an `rmi serve` of the champion is "
-                                                            "running, else offline.")
+    promotion: Literal["auto", "canary", "offline", "approval"] = Field(
+        default="auto", description="canary: a challenger that passes the offline gate answers RMI_CANARY_SHARE of "
+        "users first, and canary_verdict promotes or aborts it on their thumbs-down; offline: the gate alone "
+        "promotes; auto: canary while an `rmi serve` of the champion is running, else offline; approval: auto's "
+        "route, but where it would promote, the version waits for a person to approve or reject it (`rmi promote`, "
+        "`rmi reject`, the alert's buttons in Slack).")
+    approval_hours: float = Field(default=72.0, gt=0, description="With RMI_PROMOTION=approval: how long a version "
+                                  "waits for a person; past it, approval_deadline_sensor drops it (no alias moves to "
+                                  "it) and alerts.")
     mlflow_tracking_uri: str | None = Field(default=None, description="Default sqlite:///HOME/mlflow.db.")
     dagster_yaml: Path | None = Field(default=None, description="Dagster instance config that rmi copies into "
                                       "HOME/dagster; default the repo's dagster.yaml (sqlite under HOME).")
@@ -105,6 +109,7 @@ class Settings(BaseSettings):
     storage: Storage = _group(Storage, "The object store.")
     warehouse: Warehouse = _group(Warehouse, "The feedback warehouse.")
     feedback: Feedback = _group(Feedback, "Feedback intake.")
+    privacy: Privacy = _group(Privacy, "Personal data: redaction, originals, retention.")
     training: Training = _group(Training, "Training a candidate.")
     candidates: Challengers = _group(Challengers, "Several challengers per cycle.")
     practice: Practice = _group(Practice, "Practice at the champion's frontier.")
@@ -184,6 +189,6 @@ class Settings(BaseSettings):
 
 
 __all__ = ["DEFAULT_MIX", "DEFAULT_RECIPE", "RENAMED", "SOURCES", "UI", "Alerts", "Automation", "Canary", "Challengers",
-           "Chat", "Derivative", "Evals", "Feedback", "Gate", "Generations", "Health", "Judge", "Practice", "Probes",
-           "Regression", "RewardModel", "Sampling", "SelfLabelling", "Serving", "Settings", "Simulation", "Storage",
-           "Teaching", "Training", "Warehouse"]
+           "Chat", "Derivative", "Evals", "Feedback", "Gate", "Generations", "Health", "Judge", "Practice", "Privacy",
+           "Probes", "Regression", "RewardModel", "Sampling", "SelfLabelling", "Serving", "Settings", "Simulation",
+           "Storage", "Teaching", "Training", "Warehouse"]
