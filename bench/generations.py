@@ -146,7 +146,8 @@ def bench(name: str, steps: int | None, every: int | None, seed: int, folder: Pa
              f"({len(sealed.tasks)} items), reliable on {len(reliable)}",
              "", "| arm | parameters | steps to the champion's score | final score | lowest slice kept | "
              "answers/s (x champion) | tokens trained | wall s |", "|---|---|---|---|---|---|---|---|"]
-    teach = {**Teaching().model_dump(), "teacher_uri": str(folder / "teacher.ckpt"), "reliable": reliable}
+    teach = {**Teaching().model_dump(), "teacher_uri": str(folder / "teacher.ckpt"), "reliable": reliable,
+             "unreliable": sorted(set(per_slice) - set(reliable))}
     reached, taught_model = {}, None
     for label, size, taught in (ARMS[a] for a in arms):
         t = time.perf_counter()

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 import torch
 
-from rmi_pipeline.ml.distill import TAUGHT, Distillation, distill_term, shared_vocabulary
+from rmi_pipeline.ml.distill import TAUGHT, Distillation, checked, distill_term, shared_vocabulary
 from rmi_pipeline.recipes.base import load_recipe
 from rmi_pipeline.settings import DEFAULT_RECIPE, Teaching, Training
 
@@ -59,7 +59,8 @@ def _teach(tmp_path, teacher, weight: float, labels: int):
         "model_size": "micro", "steps": 400, "max_seconds": 120, "seed": 0, "batch_size": 32,
         "learning_rate": 3e-3, "trainer": {**Training().hardware(), "accelerator": "cpu"},
         "teach": {**Teaching(weight=weight, labels_per_slice=labels).model_dump(),
-                  "teacher_uri": str(tmp_path / "teacher.ckpt"), "reliable": ["add/4", "add/5"]}})
+                  "teacher_uri": str(tmp_path / "teacher.ckpt"), "reliable": ["add/4", "add/5"],
+                  "unreliable": ["add/6"]}})
     return recipe.load_checkpoint((tmp_path / "student.ckpt").read_bytes()).eval(), metrics
 
 
@@ -78,7 +79,9 @@ def test_a_model_taught_from_scratch_answers_like_its_teacher_where_the_rows_say
 
     taught, metrics = _teach(tmp_path / "taught", teacher, weight=0.5, labels=400)
     alone, plain = _teach(tmp_path / "alone", teacher, weight=0.0, labels=0)
-    assert metrics["teacher_labels"] == 800 and metrics[f"rows_{TAUGHT}"] == 800
+    # 400 labels on each slice it is reliable on; on add/6 only the answers the verifier accepts
+    assert metrics["teacher_labels"] == 800 + metrics["checked_labels"] == metrics[f"rows_{TAUGHT}"]
+    assert metrics["checked_labels"] < 400
     assert metrics["distillation"].startswith("labels and next-token distributions")
     assert plain["distillation"].startswith("labels only")
     assert sum(p.numel() for p in taught.parameters()) < sum(p.numel() for p in teacher.parameters()) / 4
@@ -88,6 +91,14 @@ def test_a_model_taught_from_scratch_answers_like_its_teacher_where_the_rows_say
     assert agree[0] > agree[1] + 0.2
     # the teacher never travels with the student: its checkpoint holds the micro model's weights alone
     assert not any(k.startswith("distill") for k in taught.state_dict())
+
+
+def test_where_the_teacher_is_not_reliable_only_the_answers_the_verifier_accepts_teach():
+    recipe = load_recipe(DEFAULT_RECIPE)
+    tasks = recipe.sample_tasks(random.Random(3), 40, ["add"], [6])
+    answers = [t.answer if i % 2 else str(int(t.answer) + 1) for i, t in enumerate(tasks)]
+    prompts, kept = checked(recipe, [t.prompt for t in tasks], answers)
+    assert kept == [t.answer for t in tasks[1::2]] and prompts == [t.prompt for t in tasks[1::2]]
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

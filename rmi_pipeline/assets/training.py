@@ -278,8 +278,8 @@ def _turn_seed(settings: Settings, registry: ModelRegistry, champion) -> int:
 
 
 def _teaching(settings: Settings, storage: ObjectStore, registry: ModelRegistry, teacher: str) -> dict:
-    """What the training program needs to be taught by `teacher`: its checkpoint, the slices it is reliable on (from
-    its latest sealed-eval scores per slice), and RMI_TEACH_*."""
+    """What the training program needs to be taught by `teacher`: its checkpoint, the slices it is reliable on and
+    the others (from its latest sealed-eval scores per slice), and RMI_TEACH_*."""
     from ..ml.distill import reliable_slices
 
     suite = storage.read_json(layout.EVAL_MANIFEST)["refreshed_version"]
@@ -287,8 +287,9 @@ def _teaching(settings: Settings, storage: ObjectStore, registry: ModelRegistry,
              if key.rsplit("/", 1)[-1].startswith(f"v{teacher}-")]
     current = layout.slice_scores(teacher, suite)
     scores = storage.read_json(current if current in saved else saved[-1])["scores"] if saved else {}
-    return {"teacher_uri": _warm_start(teacher, storage, registry),
-            "reliable": reliable_slices(scores, settings.saturation), **settings.teaching.model_dump()}
+    reliable = reliable_slices(scores, settings.saturation)
+    return {"teacher_uri": _warm_start(teacher, storage, registry), "reliable": reliable,
+            "unreliable": sorted(set(scores) - set(reliable)), **settings.teaching.model_dump()}
 
 
 def _warm_start(version: str, storage: ObjectStore, registry: ModelRegistry) -> str:

@@ -1,5 +1,6 @@
-"""A model taught by another (its teacher, the champion): the teacher's labels on prompts it is reliable on, and its
-next-token distributions on every answer token the student imitates (knowledge distillation, Hinton et al. 2015).
+"""A model taught by another (its teacher, the champion): the teacher's labels on prompts it is reliable on (and,
+where the recipe has a verifier, on the other slices' prompts it answers right), and its next-token distributions on
+every answer token the student imitates (knowledge distillation, Hinton et al. 2015).
 
 Both a new generation (a larger model trained from scratch) and a derivative (a smaller one for serving) learn so.
 The distributions are the teacher's at temperature T, matched by KL(teacher || student) scaled by T^2 (so the
@@ -95,6 +96,13 @@ def teacher_labels(recipe, teacher, prompts: list[str], batch: int = 512) -> tup
                 kept_prompts.append(prompt)
                 answers.append(answer)
     return kept_prompts, answers
+
+
+def checked(recipe, prompts: list[str], answers: list[str]) -> tuple[list[str], list[str]]:
+    """The labels the recipe's verifier gives full reward: on a slice the teacher is not reliable on, its right
+    answers still teach, its wrong ones never do."""
+    kept = [(p, a) for p, a in zip(prompts, answers, strict=True) if recipe.verify(p, a)[0] >= 1.0]
+    return [p for p, _ in kept], [a for _, a in kept]
 
 
 def taught_weight(share: float, other_weights: torch.Tensor, rows: int) -> float:

@@ -100,13 +100,22 @@ def _stacked(parts: list):
 
 def _taught(recipe, module, teach: Mapping[str, Any], data, tokens, mask, mix_weights: Mapping[str, float],
             checkpoint: bytes, seed: int, pipes) -> tuple:
-    """The dataset with the teacher's labels on prompts it is reliable on added (mix TAUGHT, `label_share` of every
-    batch), and `module.distill` set where the teacher's distributions can teach it. Returns (data, tokens, mask,
-    {"weights": the taught rows' weight, "report": what the run reports about its teaching})."""
+    """The dataset with the teacher's labels added (mix TAUGHT, `label_share` of every batch): on prompts of the
+    slices it is reliable on, and with a verifier on the other slices' prompts it answers right; and `module.distill`
+    set where the teacher's distributions can teach it. Returns (data, tokens, mask, {"weights": the taught rows'
+    weight, "report": what the run reports about its teaching})."""
     import polars as pl
     import torch
 
-    from ..ml.distill import TAUGHT, Distillation, prompts_to_label, shared_vocabulary, taught_weight, teacher_labels
+    from ..ml.distill import (
+        TAUGHT,
+        Distillation,
+        checked,
+        prompts_to_label,
+        shared_vocabulary,
+        taught_weight,
+        teacher_labels,
+    )
     from ..recipes.base import slice_name
 
     say = pipes.log.info if pipes is not None else (lambda _: None)
@@ -116,10 +125,19 @@ def _taught(recipe, module, teach: Mapping[str, Any], data, tokens, mask, mix_we
     asked = [] if recipe.has("generator") or data.is_empty() else list(zip(
         data["prompt"].to_list(), [slice_name(s, t) for s, t in zip(data["skill"], data["tier"], strict=True)],
         strict=True))
-    prompts = prompts_to_label(recipe, list(teach["reliable"]), int(teach["labels_per_slice"]), seed, asked)
+    per_slice = int(teach["labels_per_slice"])
+    prompts = prompts_to_label(recipe, list(teach["reliable"]), per_slice, seed, asked)
     say(f"teaching: the teacher labels {len(prompts)} prompts of {len(teach['reliable'])} slices it is reliable on")
     prompts, answers = teacher_labels(recipe, teacher, prompts)
     report = {"teacher_labels": len(answers)}
+    others = list(teach.get("unreliable", ())) if recipe.has("verifier") else []
+    if others:
+        asked_others = prompts_to_label(recipe, others, per_slice, seed + 1, asked)
+        right = checked(recipe, *teacher_labels(recipe, teacher, asked_others))
+        say(f"teaching: of {len(asked_others)} prompts of {len(others)} slices it is not reliable on, the verifier "
+            f"accepts {len(right[0])} of its answers")
+        prompts, answers = prompts + right[0], answers + right[1]
+        report |= {"teacher_labels": len(answers), "checked_labels": len(right[0])}
     if answers:
         ids, m = recipe.encode(module, prompts, answers)
         tokens, mask = _stacked([tokens, ids.to(tokens.dtype)]), _stacked([mask, m])
