@@ -141,22 +141,19 @@ class CommandRunner:
         return status(self.settings, self.dagster)
 
     def _promote(self, command: Command, who: str) -> Reply:
-        from ..automation.overrides import override
-
-        before, after = override(self.settings, "promote", command.reason, by=who, via="Slack",
-                                 version=command.version)
-        return Reply(f"Champion v{before} -> v{after}, promoted by {who}: {blocks.escape(command.reason)}",
-                     [blocks.section(f":arrow_up: *Champion v{before} -> v{after}*, promoted by {who} past the "
-                                     f"gate.\n>{blocks.escape(command.reason)}")])
+        return self._moved(command, who, "promote", ":arrow_up:", "promoted", " past the gate")
 
     def _approve(self, command: Command, who: str) -> Reply:
+        return self._moved(command, who, "approve", ":white_check_mark:", "approved", "")
+
+    def _moved(self, command: Command, who: str, action: str, icon: str, done: str, how: str) -> Reply:
+        """A person moved the champion to `command.version` (an audited override), said in the channel."""
         from ..automation.overrides import override
 
-        before, after = override(self.settings, "approve", command.reason, by=who, via="Slack",
-                                 version=command.version)
-        return Reply(f"Champion v{before} -> v{after}, approved by {who}: {blocks.escape(command.reason)}",
-                     [blocks.section(f":white_check_mark: *Champion v{before} -> v{after}*, approved by {who}."
-                                     f"\n>{blocks.escape(command.reason)}")])
+        before, after = override(self.settings, action, command.reason, by=who, via="Slack", version=command.version)
+        reason = blocks.escape(command.reason)
+        return Reply(f"Champion v{before} -> v{after}, {done} by {who}: {reason}",
+                     [blocks.section(f"{icon} *Champion v{before} -> v{after}*, {done} by {who}{how}.\n>{reason}")])
 
     def _reject(self, command: Command, who: str) -> Reply:
         from ..automation.overrides import reject

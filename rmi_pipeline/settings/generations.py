@@ -20,7 +20,8 @@ class Teaching(Group):
                           "own loss; 0: labels only.")
     labels_per_slice: int = Field(default=500, ge=0, description="Prompts per slice the champion is reliable on (at "
                                   "least RMI_SATURATION right on the sealed eval) that it labels: fresh generated "
-                                  "ones, or the training set's prompts where the recipe has no generator.")
+                                  "ones, or the training set's prompts where the recipe has no generator; with a "
+                                  "verifier, as many of every other slice, of which the answers it accepts teach.")
     label_share: float = Field(default=0.3, ge=0, lt=1, description="Share of every training batch from those "
                                "labels.")
 
