@@ -18,7 +18,6 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 
 from ..schema.fields import GATEWAY_META
@@ -73,7 +72,7 @@ class Redactor:
             self.candidates["NER"] = ANY
         self._tests = {name: re.compile(test) for name, test in self.candidates.items()}
 
-    @cached_property
+    @functools.cached_property
     def _engines(self):
         import logging
         import sys
@@ -185,7 +184,8 @@ class Redactor:
         if records:
             task = {n: [r[n] if isinstance(r.get(n), str) else None for r in records] for n in TASK_COLUMNS}
             rest = [json.dumps({k: v for k, v in r.items()
-                                if k not in IDS and (k not in task or task[k][j] is None)}, ensure_ascii=False)
+                                if k not in IDS and (k not in task or task[k][j] is None)},
+                               ensure_ascii=False, separators=(",", ":"))
                     for j, r in enumerate(records)]
             frame = pl.DataFrame({**task, "meta": rest}, schema={n: pl.String for n in (*TASK_COLUMNS, "meta")})
             redacted, found = self.events(frame.with_columns(tier=recipe.parse_prompts(frame["prompt"])["tier"]))
