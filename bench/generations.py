@@ -2,7 +2,7 @@
 against one trained on the rows alone, on each recipe.
 
     python bench/generations.py [--recipes arithmetic,words] [--steps N] [--every N] [--arms A,B]
-                                [--champion-steps N] [--seed 0]
+                                [--champion-steps N] [--items N] [--seed 0]
 
 Per recipe, from one champion and one training set: the champion (the recipe's `tiny`) is trained from scratch on
 generated problems of its tiers (what its cycles of practice taught it); the training set is what a dataset holds:
@@ -220,6 +220,7 @@ def main() -> None:
     parser.add_argument("--every", type=int, help="steps between evaluations (default: the recipe's plan)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--champion-steps", type=int, help="the champion's training steps (default: the plan's)")
+    parser.add_argument("--items", type=int, help="sealed-eval items per slice (default: the plan's)")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"which of {', '.join(ARMS)}; the taught generation's "
                         "next cycles follow it")
     args = parser.parse_args()
@@ -229,6 +230,8 @@ def main() -> None:
         for name in args.recipes.split(","):
             if args.champion_steps:
                 PLANS[name]["champion_steps"] = args.champion_steps
+            if args.items:
+                PLANS[name]["items"] = args.items
             folder = Path(tmp) / name
             folder.mkdir()
             out += bench(name, args.steps, args.every, args.seed, folder, args.arms.split(","))
