@@ -25,17 +25,24 @@ def warehouse_events(settings) -> list[dict]:
 @contextmanager
 def gateway_in_thread(settings):
     """`build_app` under uvicorn in a thread of this process, on a free port (cheaper than a process per variant)."""
+    from rmi_pipeline.serving.app import build_app
+
+    with app_in_thread(build_app(settings)) as url:
+        yield url
+
+
+@contextmanager
+def app_in_thread(app):
+    """An ASGI app under uvicorn in a thread of this process, on a free port; its base URL."""
     import uvicorn
 
-    from rmi_pipeline.serving.app import build_app
     from rmi_pipeline.serving.process import free_port
 
-    server = uvicorn.Server(uvicorn.Config(build_app(settings), host="127.0.0.1", port=free_port(),
-                                           log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:
-        assert thread.is_alive(), "the gateway did not start"
+        assert thread.is_alive(), "the app did not start"
         time.sleep(0.05)
     try:
         yield f"http://127.0.0.1:{server.config.port}"

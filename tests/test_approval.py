@@ -6,7 +6,6 @@ asset and sensor on a real Dagster instance, alerts at a webhook on 127.0.0.1, a
 answering signed requests."""
 
 import json
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -138,24 +137,14 @@ def test_a_rejection_of_a_version_that_does_not_wait_or_without_a_reason_is_refu
 @pytest.fixture
 def slack_app(home):
     """`rmi chat`'s app under uvicorn in a thread, and a receiver for the replies Slack's response_url would take."""
-    import uvicorn
-    from dagster_dev import free_port
+    from gateway import app_in_thread
 
     from rmi_pipeline.chat.app import build_asgi
 
     replies: list[dict] = []
     receiver = serve_hook(replies)
-    server = uvicorn.Server(uvicorn.Config(build_asgi(home["settings"]), host="127.0.0.1", port=free_port(),
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        assert thread.is_alive(), "the chat app did not start"
-        time.sleep(0.05)
-    yield {"url": f"http://127.0.0.1:{server.config.port}", "replies": replies,
-           "hook": f"http://127.0.0.1:{receiver.server_port}/response"}
-    server.should_exit = True
-    thread.join(30)
+    with app_in_thread(build_asgi(home["settings"])) as url:
+        yield {"url": url, "replies": replies, "hook": f"http://127.0.0.1:{receiver.server_port}/response"}
     receiver.shutdown()
 
 
