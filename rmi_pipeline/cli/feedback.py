@@ -2,6 +2,9 @@
 
     rmi feedback ingest PATH [--dry-run]   validate a .jsonl, .jsonl.gz or .parquet file, land it in
                                            feedback/incoming/ under its name, and ingest it now
+    rmi feedback import {langfuse,phoenix,otel} FILE... [--dry-run]
+                                           feedback collected in Langfuse, Phoenix or OpenTelemetry,
+                                           converted to schema v1 and landed as `ingest` lands a file
     rmi feedback stats [--days 7] [--top 10]
                                            thumbs-down by model version, skill and tier (per day),
                                            the most failed prompts and the latest corrections
@@ -17,6 +20,7 @@ validated, quarantined and counted exactly like one a production service writes.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -38,10 +42,8 @@ def ingest(
     """Validate a feedback file, land it in feedback/incoming/ under its name and ingest it now (the same sensor
     tick and ingest job as the daemon). Settings: RMI_FEEDBACK_MAX_BAD_SHARE, RMI_FEEDBACK_MAX_TEXT_CHARS."""
     from ..assets.partitions import can_be_partition
-    from ..resources import layout
-    from ..schema import SUFFIXES, is_batch_file, parse_batch
+    from ..schema import SUFFIXES, is_batch_file
 
-    settings = Settings()
     name = path.name
     if path.is_symlink() and not follow_symlinks:
         raise ValueError(f"{path} is a symbolic link; pass --follow-symlinks to read the file it points to")
@@ -50,7 +52,17 @@ def ingest(
     if not is_batch_file(name) or not can_be_partition(name):
         raise ValueError(f"{name!r} is not a batch name: it must end in {' / '.join(SUFFIXES)}, not start with "
                          "'.', and hold no '...' or control characters")
-    data = path.read_bytes()
+    return land(name, path.read_bytes(), dry_run)
+
+
+def land(name: str, data: bytes, dry_run: bool = False, trigger: str = "rmi-feedback-ingest",
+         landed_before: str | None = None) -> int:
+    """Validate a batch, land it in feedback/incoming/ under `name` and ingest it now; `landed_before`: what to say
+    (exit 0) instead of refusing a name that has landed already."""
+    from ..resources import layout
+    from ..schema import parse_batch
+
+    settings = Settings()
     parsed = parse_batch(name, data, name, settings.feedback.max_text_chars, settings.cache_dir)
     say(f"{name}: {parsed.rows_in} rows, {parsed.frame.height} valid, {parsed.duplicates} repeated in the file, "
         f"{len(parsed.quarantined)} bad")
@@ -79,6 +91,9 @@ def ingest(
     key = layout.incoming(name)
     fail_dead_runs(instance, defs.resources["registry"])  # a run killed while landing it is not "landing"
     batch = batch_states(instance, [name], storage, settings)[name]
+    if batch.state in ("landed", "quarantined") and landed_before is not None:
+        say(landed_before)
+        return 0
     if batch.state in ("landed", "quarantined"):
         raise ValueError(f"a batch named {name} has already landed; give new feedback a new file name")
     if batch.state == "landing":
@@ -91,7 +106,7 @@ def ingest(
         register_batches(instance, [name])
     else:  # its ingest failed or died before: this is attempt batch.attempts + 1
         say(f"{name} did not land before ({batch.attempts} attempt(s)); ingesting it again")
-    counts = ingest_batch(defs, instance, name, {"rmi/trigger": "rmi-feedback-ingest"})
+    counts = ingest_batch(defs, instance, name, {"rmi/trigger": trigger})
     if counts.get("already_landing"):
         raise ValueError(f"a batch named {name} is already landing in another process; wait for it")
     if counts["failed"]:
@@ -101,6 +116,74 @@ def ingest(
     if counts["quarantined"]:
         say(f"quarantined rows and their reasons: {storage.uri(layout.quarantine(name))}")
     return 0
+
+
+class Tool(StrEnum):
+    langfuse = "langfuse"
+    phoenix = "phoenix"
+    otel = "otel"
+
+
+class Source(StrEnum):
+    auto = "auto"
+    user = "user"
+    report = "report"
+
+
+def import_feedback(
+    tool: Annotated[Tool, typer.Argument(help="Where the feedback was collected: langfuse (scores + traces), phoenix "
+                                         "(annotations + spans), otel (OTLP JSON: evaluation events + spans).")],
+    files: Annotated[list[Path], typer.Argument(help="The tool's export files (.json, .jsonl, .csv, .parquet, or "
+                                                "their .gz), the scores and what they score, in any order.")],
+    names: Annotated[str | None, typer.Option(help="Comma list: only scores (annotations, evaluations) of these "
+                                              "names; default every one with a usable value.")] = None,
+    threshold: Annotated[float | None, typer.Option(help="A numeric score at or above it is a thumbs-up, below a "
+                                                    "thumbs-down; without it only 1 (up), 0 and -1 (down) "
+                                                    "are.")] = None,
+    up_labels: Annotated[str | None, typer.Option(help="Comma list of labels that mean a thumbs-up (replaces the "
+                                                  "default list: docs/how-to/import-feedback.md).")] = None,
+    down_labels: Annotated[str | None, typer.Option(help="Comma list of labels that mean a thumbs-down (replaces "
+                                                    "the default list).")] = None,
+    source: Annotated[Source, typer.Option(help="Every event's source; auto: user for people (annotations, an "
+                                           "app's feedback), report for evaluators (LLM, code, evals).")] = Source.auto,
+    model_version: Annotated[str | None, typer.Option(help="Every event's model_version; default the one the tool "
+                                                      "recorded (the generation's model, the trace's version or "
+                                                      "release).")] = None,
+    anonymous_user: Annotated[str, typer.Option(help="user_id where the tool recorded no user.")] = "anonymous",
+    output: Annotated[Path | None, typer.Option(help="Also write the converted batch here (a file, or a folder "
+                                                "to write it in under its name).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Convert, validate and report only; land "
+                                          "nothing.")] = False,
+) -> int:
+    """Turn feedback collected in Langfuse, Arize Phoenix or OpenTelemetry into a batch of schema v1 events and land
+    it as `rmi feedback ingest` does, named after the tool and its content (langfuse-3f2a9c01b7de.jsonl), so the
+    same export lands once. Every score is an event or skipped with its reason; the mapping:
+    docs/how-to/import-feedback.md."""
+    from ..schema.importers import DOWN_LABELS, UP_LABELS, Mapping, convert, labels
+
+    for path in files:
+        if not path.is_file():
+            raise FileNotFoundError(f"not a file: {path}")
+    if not anonymous_user.strip():
+        raise ValueError("--anonymous-user must not be empty: every event names a user")
+    mapping = Mapping(names=None if names is None else frozenset(n.strip() for n in names.split(",") if n.strip()),
+                      threshold=threshold, up_labels=labels(up_labels, UP_LABELS),
+                      down_labels=labels(down_labels, DOWN_LABELS),
+                      source=None if source == Source.auto else source.value, model_version=model_version,
+                      anonymous_user=anonymous_user)
+    conversion = convert(tool.value, files, mapping)
+    for line in conversion.summary():
+        say(line)
+    if not conversion.events:
+        say("nothing to land: no score became an event")
+        return 1
+    name, data = conversion.batch_name(), conversion.jsonl()
+    if output is not None:
+        target = output / name if output.is_dir() else output
+        target.write_bytes(data)
+        say(f"wrote {target}")
+    return land(name, data, dry_run, trigger=f"rmi-feedback-import-{tool.value}",
+                landed_before=f"{name} has landed before: this export was imported already, nothing is new")
 
 
 def stats(days: Annotated[int, typer.Option(min=1, help="Days of the per-day table, up to the latest.")] = 7,

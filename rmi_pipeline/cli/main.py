@@ -8,6 +8,7 @@
     rmi simulate --live [--scenario drift|partner]   a batch every --interval seconds until Ctrl-C
     rmi status                       champion, challenger, canary, warehouse, pending batches and recent runs
     rmi feedback ingest PATH         validate a local batch file and land it in the warehouse now
+    rmi feedback import TOOL FILE... feedback from Langfuse, Phoenix or OpenTelemetry, converted and landed
     rmi feedback stats               thumbs-down rates, corrections and failing prompts
     rmi feedback forget --user ID    delete a user's feedback from every store (audited); --pending completes requests
     rmi generation --size NAME       a new generation from scratch, taught by the champion, gated like any challenger
@@ -48,7 +49,8 @@ app = typer.Typer(name="rmi", help="Recursive model improvement on Dagster: feed
                   "evals -> promotion, turning by itself.", epilog=SETTINGS, no_args_is_help=True,
                   add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
-feedback_app = typer.Typer(help="Land a feedback file, see what users say, or delete a user's feedback.",
+feedback_app = typer.Typer(help="Land a feedback file (or import one from Langfuse, Phoenix or OpenTelemetry), see "
+                           "what users say, or delete a user's feedback.",
                            no_args_is_help=True,
                            epilog=SETTINGS, rich_markup_mode=None)
 app.add_typer(feedback_app, name="feedback")
@@ -139,6 +141,7 @@ for command in COMMANDS:
     app.command(epilog=SETTINGS)(command)
 for command in FEEDBACK:
     feedback_app.command(epilog=SETTINGS)(command)
+feedback_app.command(name="import", epilog=SETTINGS)(feedback.import_feedback)  # `import` is a Python keyword
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     # before torch loads: its waiting OpenMP threads sleep instead of spinning, so shared cores stay usable
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = sys.argv[1:] if argv is None else argv
-    known = {c.__name__.replace("_", "-") for c in COMMANDS + FEEDBACK} | {"feedback"}
+    known = {c.__name__.replace("_", "-") for c in COMMANDS + FEEDBACK} | {"feedback", "import"}
     name = " ".join(["rmi", *(a for a in args[:2] if a in known)])  # "rmi feedback ingest": what said the error
     try:
         return app(args=args, prog_name="rmi", standalone_mode=False) or 0
