@@ -270,7 +270,7 @@ def http_page() -> str:
     overview, parts = [], []
     for module_name, (keyed, in_module) in modules.items():
         module = sys.modules[module_name]
-        title = module_name.rsplit(".", 1)[-1].replace("_", " ").capitalize()
+        title = module_name.rsplit(".", 1)[-1].replace("_", " ").capitalize().replace("Openai", "OpenAI")
         parts += [f"## {title}", paragraph(module.__doc__),
                   "These routes need an API key while `RMI_SERVE_API_KEYS` is set." if keyed else
                   "These routes are open: they never need a key."]

@@ -22,6 +22,36 @@ def warehouse_events(settings) -> list[dict]:
     return frame.to_dicts()
 
 
+def untrained_home(home, versions: int = 1, **env: str):
+    """An RMI_HOME at `home` whose registry holds `versions` fresh tiny arithmetic models (v1 champion), built
+    without Lightning: a home to serve from in seconds, for tests of the API's shape. (Settings, registry)."""
+    import pytest
+    import torch
+
+    from rmi_pipeline.cli.home import prepare_home
+    from rmi_pipeline.ml import checkpoint
+    from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe, tokens
+    from rmi_pipeline.recipes.arithmetic.gpt import GPT, GPTConfig
+    from rmi_pipeline.resources import build_resources
+    from rmi_pipeline.settings import DEFAULT_RECIPE, Settings
+
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in {"RMI_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"),
+                           "MLFLOW_DISABLE_TELEMETRY": "true", **env}.items():
+            mp.setenv(key, value)
+        settings = Settings()
+    prepare_home(settings)
+    registry = build_resources(settings)["registry"]
+    config = {"vocab_size": len(tokens.VOCAB), **ArithmeticRecipe.sizes["tiny"]}
+    torch.manual_seed(0)
+    with registry.run("serving", tags={}) as run_id:
+        for _ in range(versions):
+            registry.register_model(run_id, checkpoint.dumps(config, GPT(GPTConfig(**config)).state_dict()),
+                                    DEFAULT_RECIPE, tags={})
+    registry.promote("1", {"promoted_by": "test"})
+    return settings, registry
+
+
 @contextmanager
 def gateway_in_thread(settings):
     """`build_app` under uvicorn in a thread of this process, on a free port (cheaper than a process per variant)."""

@@ -102,7 +102,8 @@ def test_answers_and_feedback_reach_the_warehouse_joined_by_response_id(served):
         answers = [r.json()["answers"][0] for r in replies]
         assert [a["completion"] for a in answers] == own_answers(registry, "1", PROMPTS)
         assert {a["model_version"] for a in answers} == {"1"}
-        openai = httpx.post(f"{url}/v1/completions", json={"model": "any", "prompt": PROMPTS[0], "max_tokens": 8})
+        openai = httpx.post(f"{url}/v1/completions", json={"model": settings.model_name, "prompt": PROMPTS[0],
+                                                           "max_tokens": 8})
         assert openai.json()["choices"][0]["text"] == answers[0]["completion"]
 
         wrong = answers[1]

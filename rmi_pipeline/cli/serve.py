@@ -21,8 +21,8 @@ def serve(
     exit_with_parent: Annotated[bool, typer.Option(hidden=True)] = False,  # how `rmi run` starts it
 ) -> int:
     """Answer with the champion (or RMI_SERVE_MODEL's alias, such as fast) and take feedback over HTTP: POST
-    /v1/answers, /v1/completions (OpenAI), /v1/feedback; GET /, /healthz, /readyz, /metrics
-    (docs/reference/http-api.md). Settings: RMI_SERVE_* (docs/reference/settings.md#serving)."""
+    /v1/answers, /v1/completions and /v1/chat/completions (OpenAI), /v1/feedback; GET /, /v1/models, /healthz,
+    /readyz, /metrics (docs/reference/http-api.md). Settings: RMI_SERVE_* (docs/reference/settings.md#serving)."""
     require("serve", "rmi serve")
     settings = Settings()
     alias = alias or settings.serving.model

@@ -23,12 +23,14 @@ from typing import TYPE_CHECKING
 
 from ..ml.hygiene import canonical_hash
 from ..ml.tasks import Task, slice_name
+from .completion import Completion, Decoding, cut, plain_prompt
 
 if TYPE_CHECKING:  # only for annotations: importing the contract must stay light (the Dagster definitions do)
     import polars as pl
     import torch
 
-__all__ = ["CAPABILITIES", "Capability", "MissingCapability", "Recipe", "Task", "load_recipe", "slice_name"]
+__all__ = ["CAPABILITIES", "Capability", "Completion", "Decoding", "MissingCapability", "Recipe", "Task", "load_recipe",
+           "slice_name"]
 
 # The one slice of a recipe without a generator. Tier 1, not 0 or None: feedback whose tier is null is a prompt the
 # recipe does not know (health and the canary leave it out), and the loop reads tiers as positive (`max_tier or`).
@@ -231,6 +233,42 @@ class Recipe(ABC):
             return self.public_eval()[0].prompt
         raise NotImplementedError(f"the {self.name} recipe has no generator or public eval to draw an example "
                                   "prompt from: write example_prompt (the registered model's input example)")
+
+    # ---- answers as clients ask for them (the gateway's OpenAI API): decoding options, tokens, chats ----
+    # Defaults that work for every recipe, built on answer and sample; the built-in recipes write their own.
+
+    def complete(self, model, prompts: list[str], decoding: Decoding) -> list[Completion]:
+        """Answers decoded with a client's options (recipes/completion.py), each with its token count and finish
+        reason. By default `answer` (greedy) or `sample` decodes each whole answer, which is then cut at max_tokens
+        and before a stop text, in the recipe's tokens (`pieces`). Greedy with the default options it answers as
+        `answer` does: the gateway's plain answers come from here."""
+        texts = (self.answer(model, prompts) if decoding.greedy else
+                 [group[0] for group in self.sample(model, prompts, 1, decoding.temperature, decoding.seed)])
+        return [cut(self.pieces(model, text), decoding) for text in texts]
+
+    def unsupported_decoding(self, decoding: Decoding) -> str | None:
+        """Why this recipe cannot decode with these options, in a sentence that names the option; None where it
+        can. The default `complete` samples from the whole distribution, so top_p needs a recipe's own."""
+        if decoding.top_p < 1 and not _overrides(type(self), "complete"):
+            return (f"top_p: the {self.name} recipe samples from the whole distribution (its complete does not "
+                    "write top_p); leave top_p at 1")
+        return None
+
+    def prompt_tokens(self, model, prompts: list[str]) -> list[int]:
+        """How many of the model's tokens each prompt is, as the model reads it: a reply's usage.prompt_tokens.
+        By default its characters."""
+        return [len(p) for p in prompts]
+
+    def pieces(self, model, text: str) -> list[str]:
+        """`text` split into the recipe's tokens, in order, joining back to it: what a streamed answer is sent in
+        (a chunk each), and what the default `complete` counts and cuts. By default its characters."""
+        return list(text)
+
+    def chat_prompt(self, model, messages: list[dict]) -> str:
+        """The prompt a chat's messages ({"role", "content"}, oldest first) ask: what `complete` is given and the
+        feedback log records. By default the plain rendering (completion.plain_prompt): the last message, which
+        must be the user's. ValueError, saying why, for a chat that cannot be rendered."""
+        return plain_prompt(messages)
 
     # ---- capabilities: which of the optional parts below this recipe writes (CAPABILITIES) ----
 

@@ -1,6 +1,8 @@
 """Concurrent requests answered in one forward pass: requests wait at most `max_wait_ms` for company, up to
 `max_batch` prompts, then the model decodes them together in a worker thread while the next batch gathers. What
-follows a pass (recording its answers) runs once per batch, beside the next pass."""
+follows a pass (recording its answers) runs once per batch, beside the next pass. Each request carries how it wants
+its answers decoded (`options`): `forward` decodes requests that ask alike together, others in passes of their
+own."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ class Pending:
     prompts: list[str]
     context: object  # what the caller needs back with its share of the batch
     done: asyncio.Future
+    options: object = None  # how to decode its prompts, for `forward` to read
     queued: float = field(default_factory=time.perf_counter)
 
 
@@ -23,9 +26,10 @@ Finish = Callable[[list[Pending], object], Awaitable[list]]
 
 
 class Batcher:
-    def __init__(self, forward: Callable[[list[str]], object], finish: Finish, max_batch: int, max_wait_ms: float):
-        """`forward(prompts)` runs in one worker thread, one batch at a time; `finish(batch, what forward returned)`
-        then gives each waiting request its result, in order."""
+    def __init__(self, forward: Callable[[list[Pending]], object], finish: Finish, max_batch: int,
+                 max_wait_ms: float):
+        """`forward(batch)` decodes the prompts of the batch's requests, in one worker thread, one batch at a time;
+        `finish(batch, what forward returned)` then gives each waiting request its result, in order."""
         self.forward, self.finish, self.max_batch, self.max_wait = forward, finish, max_batch, max_wait_ms / 1000
         self._queue: asyncio.Queue[Pending] = asyncio.Queue()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forward")
@@ -39,9 +43,9 @@ class Batcher:
             self._task.cancel()
         self._worker.shutdown(wait=True)
 
-    async def answer(self, prompts: list[str], context: object = None):
+    async def answer(self, prompts: list[str], context: object = None, options: object = None):
         """What `finish` makes of the prompts' completions, decoded along with whatever else is waiting."""
-        pending = Pending(prompts, context, asyncio.get_running_loop().create_future())
+        pending = Pending(prompts, context, asyncio.get_running_loop().create_future(), options)
         await self._queue.put(pending)
         return await pending.done
 
@@ -63,9 +67,8 @@ class Batcher:
                     break
                 batch.append(item)
                 size += len(item.prompts)
-            prompts = [p for item in batch for p in item.prompts]
             try:
-                decoded = await loop.run_in_executor(self._worker, self.forward, prompts)
+                decoded = await loop.run_in_executor(self._worker, self.forward, batch)
             except Exception as exc:  # noqa: BLE001 - each waiting request gets the error
                 _fail(batch, exc)
                 continue

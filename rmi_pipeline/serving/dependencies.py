@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 
-from .bodies import AnswersRequest, CompletionsRequest, FeedbackRequest
+from .bodies import AnswersRequest, ChatRequest, CompletionsRequest, FeedbackRequest
 from .gateway import Gateway
 
 
@@ -49,9 +49,15 @@ async def answers_within_limits(body: AnswersRequest, gateway: Served) -> Answer
 
 
 async def completions_within_limits(body: CompletionsRequest, gateway: Served) -> CompletionsRequest:
-    if not body.prompts:
-        raise HTTPException(422, "prompt must not be empty")
     gateway.limits.check_prompts(body.prompts, body.user_id)
+    return body
+
+
+async def chat_within_limits(body: ChatRequest, gateway: Served) -> ChatRequest:
+    for i, message in enumerate(body.messages):
+        if isinstance(message.content, str):  # text parts are checked once joined, by the route
+            gateway.limits.check_text(f"messages[{i}].content", message.content)
+    gateway.limits.check_text("user", body.user_id)
     return body
 
 
@@ -65,4 +71,5 @@ async def feedback_within_limits(body: FeedbackRequest, gateway: Served) -> Feed
 
 AnswersBody = Annotated[AnswersRequest, Depends(answers_within_limits)]
 CompletionsBody = Annotated[CompletionsRequest, Depends(completions_within_limits)]
+ChatBody = Annotated[ChatRequest, Depends(chat_within_limits)]
 FeedbackBody = Annotated[FeedbackRequest, Depends(feedback_within_limits)]

@@ -15,11 +15,14 @@ import uuid
 from dataclasses import dataclass
 from functools import partial
 
+from ..recipes.base import Recipe
+from ..recipes.completion import Completion, Decoding
 from ..resources.registry import CANARY, CANARY_FOR, CHALLENGER, CHAMPION
 from ..settings import Serving, Settings
 from .heartbeat import Heartbeat
 from .limits import RateLimiter, RequestLimits
 from .log import FeedbackLog, new_response_id
+from .options import PLAIN, Asked
 from .routing import in_canary
 from .shadow import Shadow
 
@@ -32,12 +35,15 @@ class NotReady(Exception):
 
 @dataclass
 class Decoded:
-    """One forward pass: the version that answered, and per prompt its completion and how it was sampled
-    ({"temperature", "seed"}; None: greedy)."""
+    """One batch's forward passes: the version that answered, and per prompt (in the batch's order) its completion,
+    how it was sampled ({"temperature", "seed"}; None: greedy), its length in the model's tokens, and the
+    completion split into the recipe's tokens where the request streams it (else None)."""
 
     version: str
-    completions: list[str]
+    completions: list[Completion]
     sampling: list[dict | None]
+    prompt_tokens: list[int]
+    pieces: list[list[str] | None]
 
 
 class Gateway:
@@ -122,27 +128,56 @@ class Gateway:
             log.warning("feedback left in the log at shutdown (written at the next start): %s", str(exc)[:300])
         self.log.close()
 
-    def _forward(self, followed, prompts: list[str]) -> Decoded:
-        """Greedy answers but for RMI_SERVE_EXPLORE_SHARE of them, sampled with one seed per batch; both arms
-        alike, since the canary's verdict compares their thumbs."""
+    def _forward(self, followed, batch) -> Decoded:
+        """The batch's requests decoded by the version `followed` holds now, those that ask alike together."""
         loaded = followed.current  # held for the whole batch: a swap meanwhile changes the next batch only
         if loaded is None:
             raise NotReady()
-        share = self.config.explore_share
-        explored = [self.explore.random() < share for _ in prompts]
-        completions, sampling = [""] * len(prompts), [None] * len(prompts)
-        greedy = [i for i, e in enumerate(explored) if not e]
-        if greedy:
-            for i, completion in zip(greedy, self.recipe.answer(loaded.model, [prompts[i] for i in greedy]),
+        prompts = [p for item in batch for p in item.prompts]
+        groups: dict[object, tuple[Asked, list[int]]] = {}
+        at = 0
+        for item in batch:
+            # a request with a seed of its own is decoded alone: its answers then depend on nothing else waiting
+            key = item.options if item.options.seed is None else id(item)
+            groups.setdefault(key, (item.options, []))[1].extend(range(at, at + len(item.prompts)))
+            at += len(item.prompts)
+        completions, sampling = [None] * len(prompts), [None] * len(prompts)
+        for asked, rows in groups.values():
+            self._decode(loaded.model, asked, prompts, rows, completions, sampling)
+        # split here, in the forward thread: a tokenizer is not to be used from two threads at once
+        streams = [item.context[1] for item in batch for _ in item.prompts]
+        pieces = [self.recipe.pieces(loaded.model, c.text) if s else None for c, s in zip(completions, streams,
+                                                                                           strict=True)]
+        return Decoded(loaded.version, completions, sampling, self.recipe.prompt_tokens(loaded.model, prompts), pieces)
+
+    def _decode(self, model, asked: Asked, prompts: list[str], rows: list[int], completions: list,
+                sampling: list) -> None:
+        """Where the request leaves the temperature to the gateway, greedy answers but for RMI_SERVE_EXPLORE_SHARE
+        of them, sampled with one seed per pass (both arms alike, since the canary's verdict compares their
+        thumbs); else as the request asks (its seed drawn here where it set none). Into `completions` and
+        `sampling` at `rows`."""
+        if asked.temperature is None:
+            share = self.config.explore_share
+            explored = [self.explore.random() < share for _ in rows]
+        else:
+            explored = [asked.temperature > 0] * len(rows)
+        if greedy := [r for r, e in zip(rows, explored, strict=True) if not e]:
+            for r, completion in zip(greedy, self._complete(model, [prompts[r] for r in greedy],
+                                                            asked.decoding(0.0, 0)), strict=True):
+                completions[r] = completion
+        if sampled := [r for r, e in zip(rows, explored, strict=True) if e]:
+            how = asked.decoding(self.config.explore_temperature, self.explore.randrange(2**31))
+            for r, completion in zip(sampled, self._complete(model, [prompts[r] for r in sampled], how),
                                      strict=True):
-                completions[i] = completion
-        if sampled := [i for i, e in enumerate(explored) if e]:
-            how = {"temperature": self.config.explore_temperature, "seed": self.explore.randrange(2**31)}
-            groups = self.recipe.sample(loaded.model, [prompts[i] for i in sampled], 1, how["temperature"],
-                                        how["seed"])
-            for i, (completion,) in zip(sampled, groups, strict=True):
-                completions[i], sampling[i] = completion, how
-        return Decoded(loaded.version, completions, sampling)
+                completions[r], sampling[r] = completion, {"temperature": how.temperature, "seed": how.seed}
+
+    def _complete(self, model, prompts: list[str], decoding: Decoding) -> list[Completion]:
+        """A request that sets no max_tokens, top_p or stop is answered by the recipe's `answer` (or `sample`), the
+        loop's own decoding, which its evals measured (the contract's default `complete`, whatever a recipe
+        overrides); the recipe's `complete` where it does."""
+        plain = decoding.max_tokens is None and decoding.top_p == 1.0 and not decoding.stop
+        return (Recipe.complete(self.recipe, model, prompts, decoding) if plain else
+                self.recipe.complete(model, prompts, decoding))
 
     def arm(self, user_id: str) -> str:
         """The canary for its share of users while one is loaded, else the gateway's own alias."""
@@ -151,34 +186,50 @@ class Gateway:
             return CANARY
         return self.alias
 
-    async def answer(self, prompts: list[str], user_id: str) -> list[dict]:
-        arm = self.arm(user_id)
+    def followed_by(self, arm: str):
+        """The followed model that answers as `arm` (the gateway's alias, or the canary)."""
+        return self.canary if arm == CANARY and arm != self.alias else self.model
+
+    async def answer(self, prompts: list[str], user_id: str, options: Asked = PLAIN, arm: str | None = None,
+                     stream: bool = False) -> list[dict]:
+        """Answers to `prompts`, recorded, from `arm` (default the user's: the canary for its share of users);
+        `stream`: each with its `pieces`, the completion split into the recipe's tokens."""
+        pinned, arm, context = arm is not None, arm or self.arm(user_id), (user_id, stream)
         try:
-            return await self.batchers[arm].answer(prompts, user_id)
+            return await self.batchers[arm].answer(prompts, context, options)
         except NotReady:
-            if arm == self.alias:
+            if arm == self.alias or pinned:
                 raise
-            return await self.batchers[self.alias].answer(prompts, user_id)  # the canary ended meanwhile
+            return await self.batchers[self.alias].answer(prompts, context, options)  # the canary ended meanwhile
+
+    def loaded(self, arm: str):
+        """The model `arm` answers with now (NotReady where none)."""
+        loaded = self.followed_by(arm).current if arm in self.batchers else None
+        if loaded is None:
+            raise NotReady()
+        return loaded.model
 
     async def _record(self, arm: str, batch, decoded: Decoded) -> list[list[dict]]:
         """A batch's answers, each with a response id, committed to the log in one go before anyone sees them
         (so that feedback on them finds them, even after a restart)."""
         self.metrics.batch.observe(len(decoded.completions))
-        done, answers = iter(zip(decoded.completions, decoded.sampling, strict=True)), []
+        done = iter(zip(decoded.completions, decoded.sampling, decoded.prompt_tokens, decoded.pieces, strict=True))
+        answers, shadowed = [], []
         for item in batch:
             answers.append([])
             for p in item.prompts:
-                completion, sampling = next(done)
-                answers[-1].append({"response_id": new_response_id(), "completion": completion, "sampling": sampling,
-                                    "model_version": decoded.version, "prompt": p, "user_id": item.context,
-                                    "arm": arm, "skill": self._skill(p)})
-        given = [a for share in answers for a in share]
-        await asyncio.wrap_future(self.log.record_answers(given))
-        if self.shadow and arm == self.alias:  # after the answers are safe: the shadow never delays them
-            # against the champion's greedy answers only: a sampled one is not its choice to agree with
-            greedy = [a for a in given if a["sampling"] is None]
-            if greedy:
-                self.shadow.submit(decoded.version, [a["prompt"] for a in greedy], [a["completion"] for a in greedy])
+                completion, sampling, prompt_tokens, pieces = next(done)
+                answer = {"response_id": new_response_id(), "completion": completion.text, "sampling": sampling,
+                          "model_version": decoded.version, "prompt": p, "user_id": item.context[0], "arm": arm,
+                          "skill": self._skill(p), "tokens": completion.tokens, "prompt_tokens": prompt_tokens,
+                          "finish_reason": completion.finish_reason, "pieces": pieces}
+                answers[-1].append(answer)
+                # the shadow compares the champion's own choices: greedy, whole answers (not a client's cut)
+                if sampling is None and item.options == PLAIN:
+                    shadowed.append(answer)
+        await asyncio.wrap_future(self.log.record_answers([a for share in answers for a in share]))
+        if self.shadow and arm == self.alias and shadowed:  # after the answers are safe: it never delays them
+            self.shadow.submit(decoded.version, [a["prompt"] for a in shadowed], [a["completion"] for a in shadowed])
         return answers
 
     def _skill(self, prompt: str) -> str | None:

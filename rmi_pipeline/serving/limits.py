@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from fastapi import HTTPException
 
+from .errors import shaped
+
 
 class RateLimiter:
     """A token bucket per API key: `rate` requests a second, bursts of twice that; 0: no limit."""
@@ -69,7 +71,8 @@ class BodySizeLimit:
             return await self.app(scope, receive, send)
         body = await self._read(receive)
         if body is None:
-            return await _json(send, 413, {"error": f"the request body is larger than {self.max_body_bytes} bytes"})
+            return await _json(send, 413, shaped(scope["path"], 413, f"the request body is larger than "
+                                                 f"{self.max_body_bytes} bytes", code="body_too_large"))
         replayed = False
 
         async def replay():

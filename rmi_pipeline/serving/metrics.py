@@ -13,8 +13,15 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from starlette.responses import Response
 
 disable_created_metrics()  # the *_created series only repeat the start time
+
+
+class PrometheusText(Response):
+    """A reply in Prometheus' text format, its content type as the OpenAPI document of /metrics says it."""
+
+    media_type = CONTENT_TYPE_LATEST
 
 
 class Metrics:

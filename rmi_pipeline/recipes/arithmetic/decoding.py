@@ -1,7 +1,8 @@
 """Batched decoding: one forward pass per new token for the whole batch, greedy or sampled.
 
 `ban` forbids one token at one step of a row (a coach's hint: "that token is wrong"); `temperature` > 0 samples,
-which is how the model proposes several answers to one problem (RL groups, self-labelling votes). A model whose
+which is how the model proposes several answers to one problem (RL groups, self-labelling votes); `top_p` < 1
+samples from the fewest most likely tokens whose probabilities reach it (a client's option). A model whose
 forward takes a `cache` (gpt.GPT) keeps the keys and values of the tokens so far and is given only the new
 token each step (about 6x faster for arithmetic, bench/decoding.py); any other model sees the whole sequence.
 """
@@ -20,7 +21,7 @@ PREFILL_PAIRS = 2**26
 
 @torch.no_grad()
 def decode(model: torch.nn.Module, prompts: torch.Tensor, new_tokens: int, *, temperature: float = 0.0,
-           ban: torch.Tensor | None = None, generator: torch.Generator | None = None,
+           top_p: float = 1.0, ban: torch.Tensor | None = None, generator: torch.Generator | None = None,
            batch_size: int = 2048) -> torch.Tensor:
     """Extend equal-length prompts (B, T) by `new_tokens` tokens; returns only the new tokens. At most
     `batch_size` rows are decoded together, fewer for long prompts (PREFILL_PAIRS).
@@ -46,6 +47,8 @@ def decode(model: torch.nn.Module, prompts: torch.Tensor, new_tokens: int, *, te
                 logits[rows, banned[rows, step]] = float("-inf")
             if temperature > 0:
                 probs = torch.softmax(logits / temperature, dim=-1).cpu()
+                if top_p < 1:
+                    probs = nucleus(probs, top_p)
                 next_tok = torch.multinomial(probs, 1, generator=generator).to(device)
             else:
                 next_tok = logits.argmax(dim=-1, keepdim=True)
@@ -54,3 +57,12 @@ def decode(model: torch.nn.Module, prompts: torch.Tensor, new_tokens: int, *, te
     model.train(was_training)
     return torch.cat(out) if out else torch.empty(0, new_tokens, dtype=torch.long)
 
+
+
+def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """`probs` (B, V) kept on the fewest most likely tokens whose probabilities reach `top_p` (the most likely one
+    always), the rest zero: multinomial draws only from those."""
+    ordered, order = probs.sort(dim=-1, descending=True)
+    before = ordered.cumsum(dim=-1) - ordered  # the probability of the more likely tokens
+    ordered[before >= top_p] = 0
+    return torch.zeros_like(probs).scatter(-1, order, ordered)

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from ..base import Recipe, Task
+from ..completion import LENGTH, STOP, Completion, Decoding, stopped
 from . import problems, tokens
 
 SEED_TIERS = (1, 2, 3)
@@ -74,6 +75,26 @@ class ArithmeticRecipe(Recipe):
                               generator=generator)
         return [flat[i * k:(i + 1) * k] for i in range(len(prompts))]
 
+    def complete(self, model, prompts, decoding):
+        # max_tokens cuts the decoding itself; the model writes the lowest digit first, so a cut answer holds the
+        # lowest digits of the answer it was writing. A stop text cuts the answer as the user reads it.
+        sampled = {} if decoding.greedy else {
+            "temperature": decoding.temperature, "top_p": decoding.top_p,
+            "generator": torch.Generator().manual_seed(decoding.seed)}
+        out = []
+        for text, decoded, whole in self._decoded(model, prompts, limit=decoding.max_tokens, **sampled):
+            text, at = stopped(text, decoding.stop)
+            out.append(Completion(text, decoded, STOP if whole or at is not None else LENGTH))
+        return out
+
+    def unsupported_decoding(self, decoding: Decoding):
+        return None  # greedy or sampled, with top_p, max_tokens and stop texts
+
+    def prompt_tokens(self, model, prompts):
+        # the model reads a problem as tokens.model_prompt writes it; a prompt that is no problem it never reads
+        parsed = [problems.parse(p) for p in prompts]
+        return [0 if p is None else len(tokens.model_prompt(*p)) for p in parsed]
+
     def hidden_states(self, module, tokens):
         return module.model.hidden(tokens)
 
@@ -130,6 +151,12 @@ class ArithmeticRecipe(Recipe):
     def _complete(self, model, prompts, bans: list[tuple[int, int]] | None = None, **decoding):
         """Answers decoded in groups of one width (their prompts are as long and as many answer digits follow);
         `bans`: a (step, token) each prompt may not write there."""
+        return [text for text, _, _ in self._decoded(model, prompts, bans, **decoding)]
+
+    def _decoded(self, model, prompts, bans: list[tuple[int, int]] | None = None, limit: int | None = None,
+                 **decoding) -> list[tuple[str, int, bool]]:
+        """Per prompt: its answer, the tokens decoded for it (none for a prompt that is no problem) and whether it
+        is whole (`limit`, a number of tokens, may cut it short)."""
         from .decoding import decode
 
         net = getattr(model, "model", model)  # a LitGPT or its bare GPT
@@ -138,17 +165,19 @@ class ArithmeticRecipe(Recipe):
         for i, p in enumerate(parsed):
             if p is not None:
                 groups.setdefault(tokens.width(p[0], p[2]), []).append(i)
-        out = [""] * len(prompts)
+        out = [("", 0, True)] * len(prompts)
         for n, rows in sorted(groups.items()):
+            steps = n + 1 if limit is None else min(n + 1, limit)
             ids = tokens.encode([tokens.model_prompt(*parsed[i]) for i in rows])
             ban = None
             if bans is not None:
                 ban = torch.full((len(rows), n + 1), -1, dtype=torch.long)
                 for j, i in enumerate(rows):
                     ban[j, bans[i][0]] = bans[i][1]
-            new = decode(net, ids, n + 1, ban=ban, **decoding)
+                ban = ban[:, :steps]
+            new = decode(net, ids, steps, ban=ban, **decoding)
             for i, row in zip(rows, new.tolist(), strict=True):
-                out[i] = tokens.read_answer(row)
+                out[i] = (tokens.read_answer(row), steps, steps == n + 1)
         return out
 
     def is_valid_prompt(self, prompt):

@@ -44,6 +44,7 @@ class HFOptions(BaseSettings):
 class HFRecipe(Recipe):
     text_recipe = True
     max_answer_tokens: int = 32  # new tokens a completion may take
+    client_tokens_factor: int = 8  # a client's max_tokens may ask for this many times as many (a bound on a pass)
     generate_batch: int = 64  # prompts per generate call
 
     def __init__(self):
@@ -140,11 +141,22 @@ class HFRecipe(Recipe):
 
     # ---- text in and out ----
     def model_input(self, tokenizer, prompt: str) -> str:
-        """The text the model continues: the chat template's user turn where the tokenizer has one."""
+        """The text the model continues: the chat template's user turn where the tokenizer has one (a chat the
+        template rendered already, as the gateway records one, as it is: hf/chat.py), else the prompt and a
+        newline."""
+        from .chat import rendered
+
         if tokenizer.chat_template:
+            if rendered(tokenizer, prompt):
+                return prompt
             return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
                                                  add_generation_prompt=True)
         return prompt + "\n"
+
+    def chat_prompt(self, model, messages):
+        from .chat import render
+
+        return render(model.tokenizer, messages)
 
     def encode(self, module, prompts, completions):
         import torch
@@ -169,6 +181,36 @@ class HFRecipe(Recipe):
         flat = self._generate(model, [p for p in prompts for _ in range(k)], temperature=temperature, seed=seed)
         return [flat[i * k:(i + 1) * k] for i in range(len(prompts))]
 
+    def complete(self, model, prompts, decoding):
+        from .answering import generate
+
+        return generate(model, [self.model_input(model.tokenizer, p) for p in prompts], decoding,
+                        decoding.max_tokens or self.max_answer_tokens, self.generate_batch)
+
+    def unsupported_decoding(self, decoding):
+        # generate samples with top_p and stops at stop texts; a model that never ends an answer would decode as
+        # many tokens as asked, holding the batch behind it
+        most = self.client_tokens_factor * self.max_answer_tokens
+        if decoding.max_tokens is not None and decoding.max_tokens > most:
+            return f"max_tokens: the {self.name} recipe decodes at most {most} new tokens in one answer"
+        return None
+
+    def prompt_tokens(self, model, prompts):
+        tokenizer = model.tokenizer
+        return [len(ids) for ids in tokenizer([self.model_input(tokenizer, p) for p in prompts],
+                                              add_special_tokens=False)["input_ids"]]
+
+    def pieces(self, model, text):
+        # the tokenizer's tokens as spans of the text (a character split across byte-level tokens stays whole)
+        if not text:
+            return []
+        try:
+            spans = model.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        except NotImplementedError:  # a slow (Python) tokenizer has no offsets: characters then
+            return list(text)
+        ends = sorted({end for _, end in spans if 0 < end < len(text)})
+        return [text[a:b] for a, b in zip([0, *ends], [*ends, len(text)], strict=True)]
+
     def hidden_states(self, module, tokens):
         return module.model(input_ids=tokens, output_hidden_states=True).hidden_states[-1]
 
@@ -176,27 +218,9 @@ class HFRecipe(Recipe):
         return f"{prompt}\nHint: {critique}"
 
     def _generate(self, module, prompts, temperature: float = 0.0, seed: int = 0) -> list[str]:
-        import torch
+        from ..completion import Decoding
 
-        model, tokenizer = module.model, module.tokenizer
-        tokenizer.padding_side = "left"  # generation continues every row from its last real token
-        was_training = model.training
-        model.eval()
-        out: list[str] = []
-        sampling = {"do_sample": True, "temperature": temperature, "top_k": None, "top_p": None} \
-            if temperature > 0 else {"do_sample": False}
-        device = next(model.parameters()).device
-        with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(seed)
-            for start in range(0, len(prompts), self.generate_batch):
-                texts = [self.model_input(tokenizer, p) for p in prompts[start:start + self.generate_batch]]
-                batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-                new = model.generate(**batch, max_new_tokens=self.max_answer_tokens, pad_token_id=tokenizer
-                                     .pad_token_id, eos_token_id=tokenizer.eos_token_id, **sampling)
-                out += [t.strip() for t in tokenizer.batch_decode(new[:, batch["input_ids"].shape[1]:],
-                                                                  skip_special_tokens=True)]
-        model.train(was_training)
-        return out
+        return [c.text for c in self.complete(module, prompts, Decoding(temperature=temperature, seed=seed))]
 
 
 def _padded(tokenizer):

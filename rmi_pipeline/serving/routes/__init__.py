@@ -4,9 +4,9 @@ needs a key."""
 
 from __future__ import annotations
 
-from . import answers, feedback, operations, page, privacy, shadow
+from . import answers, feedback, openai, operations, page, privacy, shadow
 
-KEYED = (answers.router, feedback.router, shadow.router)
+KEYED = (answers.router, openai.router, feedback.router, shadow.router)
 OPEN = (operations.router, page.router)
 ALWAYS_KEYED = (privacy.router,)  # refused while no key is set: it deletes
 

@@ -8,12 +8,16 @@ import asyncio
 from fastapi import APIRouter, HTTPException
 
 from ..dependencies import FeedbackBody, Served
+from ..documented import refusals
 from ..log import LogUnavailable, UnknownResponse
 
 router = APIRouter()
 
 
-@router.post("/v1/feedback", status_code=202, summary="A rating or implicit signal on an answer; 202 once durable")
+@router.post("/v1/feedback", status_code=202, summary="A rating or implicit signal on an answer; 202 once durable",
+             responses=refusals(400, 404, 413, 422, 503, s404="No answer has this response id, or its feedback window "
+                                "(RMI_SERVE_FEEDBACK_WINDOW_HOURS) has passed.", s503="The feedback could not be "
+                                "recorded (the log is full or out of reach): send it again later."))
 async def feedback(body: FeedbackBody, gateway: Served) -> dict:
     try:
         event_id = await asyncio.wrap_future(gateway.log.record_feedback(
@@ -28,7 +32,8 @@ async def feedback(body: FeedbackBody, gateway: Served) -> dict:
     return {"event_id": event_id, "status": "recorded"}
 
 
-@router.post("/v1/flush", summary="Write logged events into batch files now")
+@router.post("/v1/flush", summary="Write logged events into batch files now",
+             responses=refusals(503, s503="The object store is out of reach: the events stay in the log."))
 async def flush(gateway: Served) -> dict:
     try:
         names = await gateway.flush()

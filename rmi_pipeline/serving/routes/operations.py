@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
 from ..dependencies import Served
+from ..metrics import PrometheusText
 
 router = APIRouter()
 
@@ -17,7 +18,10 @@ async def healthz() -> dict:
     return {"ok": True}
 
 
-@router.get("/readyz", summary="Ready once a model is loaded")
+@router.get("/readyz", summary="Ready once a model is loaded", response_model=None,
+            responses={200: {"description": "A version is loaded: which, and the canary's where one is on trial."},
+                       503: {"description": "No version loaded yet: the reason.",
+                             "content": {"application/json": {"schema": {"type": "object"}}}}})
 async def readyz(gateway: Served) -> Response:
     loaded, alias = gateway.model.current, gateway.alias
     if loaded is None:
@@ -28,6 +32,7 @@ async def readyz(gateway: Served) -> Response:
                          **({"canary_version": canary.version} if canary else {})})
 
 
-@router.get("/metrics", summary="Prometheus text format")
-async def metrics(gateway: Served) -> Response:
-    return Response(await asyncio.to_thread(gateway.metrics.render), media_type=gateway.metrics.content_type)
+@router.get("/metrics", summary="Prometheus text format", response_class=PrometheusText,
+            responses={200: {"description": "Requests, latency, batch sizes, feedback, the version served."}})
+async def metrics(gateway: Served) -> PrometheusText:
+    return PrometheusText(await asyncio.to_thread(gateway.metrics.render))
