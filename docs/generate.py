@@ -254,21 +254,27 @@ def model_table(name: str, components: dict) -> str:
 
 
 def http_page() -> str:
-    """Every route of `rmi serve`, from the gateway's own OpenAPI schema, grouped by the router module that holds it."""
+    """Every route of `rmi serve`, from the gateway's own OpenAPI schema, grouped by the router module that holds it;
+    then those that replace its answering routes in front of an engine (`--upstream`), from that app's schema."""
     with defaults():
         from rmi_pipeline.serving import routes
         from rmi_pipeline.serving.app import build_app
-        from rmi_pipeline.settings import Settings
+        from rmi_pipeline.settings import Settings, Upstream
 
         spec = build_app(Settings()).openapi()
-    components = spec.get("components", {}).get("schemas", {})
-    modules: dict[str, tuple[bool, list]] = {}  # router module -> (needs a key, its routes)
-    for keyed, routers in ((True, routes.KEYED), (False, routes.OPEN)):
+        proxied = Settings().model_copy(update={"upstream": Upstream(url="http://127.0.0.1:8001/v1")})
+        proxy_spec = build_app(proxied).openapi()
+    components = {**proxy_spec.get("components", {}).get("schemas", {}),
+                  **spec.get("components", {}).get("schemas", {})}
+    modules: dict[str, tuple[bool, list, dict]] = {}  # router module -> (needs a key, its routes, its schema)
+    proxied_only = [r for r in routes.UPSTREAM if all(r is not o for o in routes.KEYED)]
+    for keyed, routers, schema in ((True, routes.KEYED, spec), (True, proxied_only, proxy_spec),
+                                   (False, routes.OPEN, spec)):
         for router in routers:
             for route in router.routes:
-                modules.setdefault(route.endpoint.__module__, (keyed, []))[1].append(route)
+                modules.setdefault(route.endpoint.__module__, (keyed, [], schema))[1].append(route)
     overview, parts = [], []
-    for module_name, (keyed, in_module) in modules.items():
+    for module_name, (keyed, in_module, schema) in modules.items():
         module = sys.modules[module_name]
         title = module_name.rsplit(".", 1)[-1].replace("_", " ").capitalize().replace("Openai", "OpenAI")
         parts += [f"## {title}", paragraph(module.__doc__),
@@ -276,11 +282,12 @@ def http_page() -> str:
                   "These routes are open: they never need a key."]
         for route in in_module:
             for method in sorted(route.methods - {"HEAD"}):
-                op = spec["paths"].get(route.path, {}).get(method.lower())
+                op = schema["paths"].get(route.path, {}).get(method.lower())
                 summary = (op or {}).get("summary") or first_sentence(module.__doc__)
-                overview.append((f"[`{method} {route.path}`](#{anchor(method, route.path)})", summary,
-                                 "yes" if keyed else "no"))
-                parts += [heading(3, f"`{method} {route.path}`", anchor(method, route.path)),
+                # the same path in front of an engine: an anchor of its own
+                at = anchor(method, route.path) if schema is spec else f"upstream-{anchor(method, route.path)}"
+                overview.append((f"[`{method} {route.path}`](#{at})", summary, "yes" if keyed else "no"))
+                parts += [heading(3, f"`{method} {route.path}`", at),
                           paragraph((op or {}).get("description") or summary)]
                 if op is None:
                     continue

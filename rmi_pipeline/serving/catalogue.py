@@ -2,7 +2,8 @@
 
 Listed: NAME (the gateway's own choice: its alias, and the canary for its share of users), NAME@ALIAS (the alias
 it serves, `champion` by default), NAME@canary while a canary is on trial for that alias, and NAME@challenger while
-the challenger answers in shadow; each with the version behind it. A request may name the first three (NAME@canary
+the challenger answers in shadow; each with the version behind it (and, in front of an engine, the engine's name for
+it: `upstream_model`). A request may name the first three (NAME@canary
 then always meets the canary); the challenger's answers are never shown, so naming it is refused (400), and any
 other name is unknown (404, OpenAI's model_not_found).
 """
@@ -26,7 +27,7 @@ def listed(gateway) -> list[dict]:
         if loaded is None:
             continue
         entry = {"object": "model", "created": int(loaded.loaded_at), "owned_by": OWNER, "alias": alias,
-                 "version": loaded.version}
+                 "version": loaded.version, **({"upstream_model": loaded.model} if gateway.upstream else {})}
         if alias == gateway.alias:
             out.append({"id": name, **entry})
         out.append({"id": f"{name}@{alias}", **entry})

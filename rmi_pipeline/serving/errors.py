@@ -18,7 +18,7 @@ FIELDS_SHOWN = 5  # in the error's sentence; "fields" lists them all
 OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions", "/v1/models")
 # OpenAI's error types by status; any other is an invalid request
 OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-                429: "rate_limit_error", 500: "server_error", 503: "server_error"}
+                429: "rate_limit_error", 500: "server_error", 502: "server_error", 503: "server_error"}
 
 
 class Refused(HTTPException):

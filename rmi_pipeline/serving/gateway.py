@@ -50,19 +50,17 @@ class Gateway:
     """The gateway of `alias`: answers in batches with the version behind it (and a canary on trial for that alias
     answers its share of users), each recorded in the log before it is given."""
 
+    upstream = None  # the engine that answers instead (serving/proxy.py); None: the gateway's own models answer
+    log_type = FeedbackLog
+
     def __init__(self, settings: Settings, alias: str):
-        from ..recipes.base import load_recipe
         from ..resources import build_resources, layout
         from .batching import Batcher
         from .metrics import Metrics
-        from .models import FollowedModel
 
         self.config: Serving = settings.serving
         self.model_name, self.alias, self.canary_share = settings.model_name, alias, settings.canary.share
-        self.recipe = load_recipe(settings.recipe)
-        import torch
-
-        torch.set_num_threads(self.config.threads)
+        self.recipe = self._recipe(settings)
         resources = build_resources(settings)
         self.storage = storage = resources["storage"]
         from ..privacy.redact import redactor
@@ -72,16 +70,16 @@ class Gateway:
             layout.incoming(name), redact(data, self.recipe) if redact else data)
         name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.heartbeat = Heartbeat(storage, layout.gateway(name), alias, self.canary_share)
-        registry, reload = resources["registry"], self.config.reload_seconds
-        self.model = FollowedModel(registry, self.recipe, alias, reload)
+        registry = resources["registry"]
+        self.model = self._follow(registry, alias)
         # it also answers a share of users with the canary while one is on trial for its alias
-        self.canary = (FollowedModel(registry, self.recipe, CANARY, reload, drop_when_gone=True,
-                                     serves=lambda mv: mv.tags.get(CANARY_FOR, CHAMPION) == alias)
+        self.canary = (self._follow(registry, CANARY, drop_when_gone=True,
+                                    serves=lambda mv: mv.tags.get(CANARY_FOR, CHAMPION) == alias)
                        if self.canary_share > 0 else None)
-        self.shadow = (Shadow(FollowedModel(registry, self.recipe, CHALLENGER, reload, drop_when_gone=True),
-                              self.recipe) if self.config.shadow else None)
-        self.log = FeedbackLog(settings.resolved_serve_log_path, max_bytes=self.config.log_max_bytes,
-                               window_seconds=self.config.feedback_window_seconds)
+        self.shadow = (self._shadow(self._follow(registry, CHALLENGER, drop_when_gone=True))
+                       if self.config.shadow else None)
+        self.log = self.log_type(settings.resolved_serve_log_path, max_bytes=self.config.log_max_bytes,
+                                 window_seconds=self.config.feedback_window_seconds)
         self.metrics = Metrics(self)
         self.explore = random.Random()  # which answers are sampled, and their seeds
         self.batchers = {arm: Batcher(partial(self._forward, followed), partial(self._record, arm),
@@ -90,6 +88,25 @@ class Gateway:
         self.limiter = RateLimiter(self.config.rate_limit)
         self.limits = RequestLimits(self.config.max_prompts, settings.feedback.max_text_chars)
         self._flusher: asyncio.Task | None = None
+
+    def _recipe(self, settings: Settings) -> Recipe:
+        """The recipe that reads and decodes, and the forward pass's threads."""
+        from ..recipes.base import load_recipe
+
+        recipe = load_recipe(settings.recipe)
+        import torch
+
+        torch.set_num_threads(self.config.threads)
+        return recipe
+
+    def _follow(self, registry, alias: str, **kwargs):
+        """The model behind `alias`, followed as it moves (models.FollowedModel's keyword arguments)."""
+        from .models import FollowedModel
+
+        return FollowedModel(registry, self.recipe, alias, self.config.reload_seconds, **kwargs)
+
+    def _shadow(self, followed) -> Shadow:
+        return Shadow(followed, self.recipe)
 
     @property
     def followed(self) -> list:

@@ -43,7 +43,12 @@ class FollowedModel:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        if self._thread.is_alive():  # never started: a gateway stopped before it finished starting
+            self._thread.join(timeout=10)
+
+    def load(self, mv) -> object:
+        """What answers as the model version `mv` (an MLflow ModelVersion): the model, loaded by its recipe."""
+        return self.registry.load(mv.version, self.recipe)
 
     def check(self) -> bool:
         """Load the version behind the alias if it is not the one answering; True when it swapped one in."""
@@ -58,7 +63,7 @@ class FollowedModel:
             if mv is None or (self.current and self.current.version == str(mv.version)):
                 return False
             started = time.perf_counter()
-            model = self.registry.load(mv.version, self.recipe)
+            model = self.load(mv)
             loaded = Loaded(str(mv.version), model, time.time(), time.perf_counter() - started)
         except Exception as exc:  # noqa: BLE001 - the registry out of reach: keep answering with what we have
             message = f"cannot load @{self.alias}: {type(exc).__name__}: {str(exc)[:300]}"

@@ -24,13 +24,14 @@ def free_port() -> int:
 
 @contextmanager
 def running_gateway(env: dict[str, str] | None = None, port: int | None = None, log_file: Path | None = None,
-                    start_timeout: float = 120.0):
-    """Yields (url, process) of `rmi serve` on 127.0.0.1, once /healthz answers."""
+                    start_timeout: float = 120.0, args: tuple[str, ...] = ()):
+    """Yields (url, process) of `rmi serve` on 127.0.0.1, once /healthz answers; `args`: more of its options
+    (--upstream URL)."""
     port = port or free_port()
     out = open(log_file, "ab") if log_file else None  # noqa: SIM115 - closed below
     try:
         with running_server([sys.executable, "-m", "rmi_pipeline.cli.main", "serve", "--port", str(port),
-                             "--exit-with-parent"], "rmi serve", port, env, out, start_timeout,
+                             "--exit-with-parent", *args], "rmi serve", port, env, out, start_timeout,
                             why=lambda: f"; its log: {log_file}" if log_file else "") as process:
             yield f"http://127.0.0.1:{port}", process
     finally:

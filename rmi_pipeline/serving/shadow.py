@@ -64,7 +64,7 @@ class Shadow:
     def _answer(self, loaded, prompts: list[str], completions: list[str]) -> None:
         try:
             started = time.perf_counter()
-            shadow = self.recipe.answer(loaded.model, prompts)
+            shadow = self.completions(loaded, prompts)
             each = (time.perf_counter() - started) / len(prompts)
             rows = [(self._slice(p), s == c, self._reward(p, s)) for p, s, c in zip(prompts, shadow, completions,
                                                                                     strict=True)]
@@ -81,6 +81,10 @@ class Shadow:
                 stats.agreed += agreed
                 stats.reward = None if reward is None else stats.reward + reward
                 stats.seconds.append(each)
+
+    def completions(self, loaded, prompts: list[str]) -> list[str]:
+        """The challenger's greedy answers to `prompts` (`loaded`: the version it answers with)."""
+        return self.recipe.answer(loaded.model, prompts)
 
     def _slice(self, prompt: str) -> str:
         return slice_name(*self.recipe.slice_of(prompt)) if self.recipe.is_valid_prompt(prompt) else "invalid"

@@ -21,7 +21,7 @@ from .generations import Derivative, Generations, Teaching
 from .improvement import DEFAULT_MIX, SOURCES, Practice, RewardModel, Sampling, SelfLabelling
 from .operations import UI, Alerts, Automation, Health, Regression
 from .privacy import Privacy
-from .serving import Canary, Serving
+from .serving import Canary, Serving, Upstream
 from .simulation import Simulation
 from .stores import Storage, Warehouse
 from .training import Challengers, Training
@@ -130,6 +130,7 @@ class Settings(BaseSettings):
     alerts: Alerts = _group(Alerts, "Alerts to a person.")
     ui: UI = _group(UI, "The Dagster UI.")
     serving: Serving = _group(Serving, "`rmi serve`, the gateway.")
+    upstream: Upstream = _group(Upstream, "`rmi serve --upstream`, the gateway in front of an engine.")
     chat: Chat = _group(Chat, "`rmi chat`, the Slack app.")
     simulation: Simulation = _group(Simulation, "The simulated world's users.")
 
@@ -191,4 +192,4 @@ class Settings(BaseSettings):
 __all__ = ["DEFAULT_MIX", "DEFAULT_RECIPE", "RENAMED", "SOURCES", "UI", "Alerts", "Automation", "Canary", "Challengers",
            "Chat", "Derivative", "Evals", "Feedback", "Gate", "Generations", "Health", "Judge", "Practice", "Privacy",
            "Probes", "Regression", "RewardModel", "Sampling", "SelfLabelling", "Serving", "Settings", "Simulation",
-           "Storage", "Teaching", "Training", "Warehouse"]
+           "Storage", "Teaching", "Training", "Upstream", "Warehouse"]

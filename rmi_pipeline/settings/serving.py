@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from .base import Group, comma_list
@@ -67,6 +67,51 @@ class Serving(Group):
     @property
     def log_max_bytes(self) -> int:
         return int(self.log_max_mb * 1024 * 1024)
+
+
+class Upstream(Group):
+    """`rmi serve --upstream URL`: the gateway in front of an OpenAI-compatible engine (vLLM, SGLang, TGI, llama.cpp,
+    Ollama), which answers; the gateway routes each arm to the engine's name for its model and records answers and
+    feedback as it does for its own models (docs/how-to/serving.md#in-front-of-your-engine)."""
+
+    model_config = SettingsConfigDict(env_prefix="RMI_SERVE_UPSTREAM_")
+
+    url: str | None = Field(default=None, description="The engine's base URL as an OpenAI client takes it "
+                            "(http://127.0.0.1:8001/v1); unset: the gateway answers with its own models. `rmi serve "
+                            "--upstream URL` sets it.")
+    champion_model: str = Field(default="champion", min_length=1, description="The engine's name for the model "
+                                "behind the gateway's alias (RMI_SERVE_MODEL): for vLLM a --lora-modules name or "
+                                "the base model's. Unused with RMI_SERVE_UPSTREAM_LOAD_ADAPTERS, which names each "
+                                "adapter after its version.")
+    canary_model: str = Field(default="canary", min_length=1, description="The engine's name for the canary on "
+                              "trial, which answers RMI_CANARY_SHARE of users.")
+    challenger_model: str = Field(default="challenger", min_length=1, description="The engine's name for the "
+                                  "challenger, asked in the background with RMI_SERVE_SHADOW.")
+    api_key: SecretStr | None = Field(default=None, repr=False, exclude=True, description="The engine's own key "
+                                      "(sent as 'Authorization: Bearer KEY'), not a client's. Never logged.")
+    timeout_seconds: float = Field(default=120.0, gt=0, description="Longest the engine may take over one reply, "
+                                   "a stream's last chunk included: past it the client gets 502 (or, mid-stream, an "
+                                   "error event) and nothing is recorded.")
+    max_reply_bytes: int = Field(default=8_388_608, ge=1024, description="Largest reply read from the engine, a "
+                                 "stream's chunks together (502 beyond, nothing recorded).")
+    load_adapters: bool = Field(default=False, description="When an alias moves, export the new version's LoRA "
+                                "adapter into RMI_SERVE_UPSTREAM_ADAPTER_DIR and load it into the engine with vLLM's "
+                                "runtime LoRA API (POST /v1/load_lora_adapter; the engine needs "
+                                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), named NAME-vVERSION; an adapter no arm "
+                                "uses any more is unloaded RMI_SERVE_UPSTREAM_TIMEOUT_SECONDS later.")
+    adapter_dir: Path | None = Field(default=None, description="Where adapters are exported, one folder per "
+                                     "version; default HOME/serve/adapters. The engine must be able to read it.")
+    engine_adapter_dir: str | None = Field(default=None, description="RMI_SERVE_UPSTREAM_ADAPTER_DIR as the "
+                                           "engine sees it (a volume mounted elsewhere in its container); default "
+                                           "the same path.")
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError(f"the upstream must be an http:// or https:// base URL, such as "
+                             f"http://127.0.0.1:8001/v1; got {url!r}")
+        return url.rstrip("/") if url else None
 
 
 class Canary(Group):

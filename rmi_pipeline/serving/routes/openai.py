@@ -20,6 +20,7 @@ from ..streaming import events
 from .answers import answered, not_ready
 
 router = APIRouter()
+models_router = APIRouter()  # the model list: also served in front of an engine (routes/upstream.py)
 UNKNOWN_MODEL = "The model named is not served here (GET /v1/models lists what is)."
 REFUSED = refusals(400, 404, 413, 422, 503, openai=True, s404=UNKNOWN_MODEL, s400=(
     "An option this gateway does not honour, more answers than one request may ask for, or a chat it cannot "
@@ -50,13 +51,13 @@ async def chat_completions(body: ChatBody, gateway: Served):
     return _reply(gateway, got, body, replies.chat_completion, replies.chat_chunks)
 
 
-@router.get("/v1/models", summary="The models answering here: NAME, and each alias with its version",
+@models_router.get("/v1/models", summary="The models answering here: NAME, and each alias with its version",
             responses=refusals(openai=True))
 async def models(gateway: Served) -> dict:
     return replies.model_list(listed(gateway))
 
 
-@router.get("/v1/models/{model}", summary="One of the models GET /v1/models lists",
+@models_router.get("/v1/models/{model}", summary="One of the models GET /v1/models lists",
             responses=refusals(404, 422, openai=True, s404=UNKNOWN_MODEL))
 async def model(model: str, gateway: Served) -> dict:
     for entry in listed(gateway):
