@@ -23,7 +23,8 @@ Stages:
 4. kill -9 of the gateway at random moments while 64 clients send feedback, until `--feedback` events are
    acknowledged; then ingest every batch file: acknowledged events lost, and events doubled in the warehouse.
 
-The figures are printed as they come, then as one table in the shape of the log's serving entries (a new
+The figures are printed as they come, each stage's with the machine's load average as it ended (on a shared machine
+a ratio is only as good as the load was steady), then as one table in the shape of the log's serving entries (a new
 measurement is a new dated entry in docs/log.md); `--out` appends them, with the workload, as one JSON line.
 """
 
@@ -135,8 +136,8 @@ def _in_process(recipe, model, prompts: list[str], serving) -> dict:
         singles.append(time.perf_counter() - t)
     single = {"answers_per_s": 1 / statistics.mean(singles), "p50_ms": _ms(singles, 50)}
     print(f"in process: {batched:,.0f} answers/s in batches of {batch}; one prompt at a time "
-          f"{single['answers_per_s']:,.0f}/s, p50 {single['p50_ms']:.1f} ms", flush=True)
-    return {"batched": batched, "single": single}
+          f"{single['answers_per_s']:,.0f}/s, p50 {single['p50_ms']:.1f} ms{_load()}", flush=True)
+    return {"batched": batched, "single": single, "load": os.getloadavg()[0]}
 
 
 def _gateway(root: Path, registry, prompts: list[str], in_process: float) -> dict:
@@ -157,11 +158,12 @@ def _gateway(root: Path, registry, prompts: list[str], in_process: float) -> dic
             rids = got if clients == max(CLIENTS) and per_request == 1 else rids
             rows.append({"clients": clients, "prompts_per_request": per_request, "answers_per_s": rate,
                          "x_in_process": rate / in_process, "p50_ms": _ms(latencies, 50),
-                         "p99_ms": _ms(latencies, 99), "failed": failed, "mean_batch": mean_batch})
+                         "p99_ms": _ms(latencies, 99), "failed": failed, "mean_batch": mean_batch,
+                         "load": os.getloadavg()[0]})
             who = f"{clients:2d} clients" + (f" asking {per_request} prompts a request" if per_request > 1 else "")
             print(f"gateway, {who}: {rate:,.0f} answers/s ({rate / in_process:.2f}x in process batched), p50 "
                   f"{rows[-1]['p50_ms']:.1f} ms, p99 {rows[-1]['p99_ms']:.1f} ms, {failed} failed; batches of "
-                  f"{mean_batch:.1f} prompts on average", flush=True)
+                  f"{mean_batch:.1f} prompts on average{_load()}", flush=True)
         acks, seconds, failed = asyncio.run(_feedback(url, rids, 3000, 64))
         feedback = {"clients": 64, "acknowledged_per_s": len(acks) / seconds, "failed": failed}
         print(f"gateway, 64 clients: {feedback['acknowledged_per_s']:,.0f} feedback events acknowledged/s, "
@@ -183,6 +185,11 @@ def _gateway(root: Path, registry, prompts: list[str], in_process: float) -> dic
               f"{alias['seconds_to_new_version']:.2f} s after the move (RMI_SERVE_RELOAD_SECONDS=1 plus its load); "
               f"serving v{serving} after", flush=True)
     return {"gateway": rows, "feedback": feedback, "alias_move": alias}
+
+
+def _load() -> str:
+    """The machine's load as a stage ends: on a shared machine, what its figures were measured under."""
+    return f" (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)"
 
 
 def _ms(values: list[float], q: int) -> float:

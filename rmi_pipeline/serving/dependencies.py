@@ -1,5 +1,8 @@
 """What a route declares it needs: the gateway (from app.state), a valid API key within its rate, a body within
-the limits. All async: FastAPI runs a plain function in a worker thread, a hop on every request."""
+the limits. All async: FastAPI runs a plain function in a worker thread, a hop on every request.
+
+`answers_asked` does the same for POST /v1/answers without FastAPI solving it, the busiest route's fast path.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import hmac
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
+from pydantic import ValidationError
 
 from .bodies import AnswersRequest, ChatRequest, CompletionsRequest, FeedbackRequest
 from .gateway import Gateway
@@ -67,6 +71,24 @@ async def feedback_within_limits(body: FeedbackRequest, gateway: Served) -> Feed
     for key, value in body.meta.items():
         gateway.limits.check_text(f"meta.{key}", str(value))
     return body
+
+
+async def answers_asked(request: Request) -> tuple[Gateway, AnswersRequest] | None:
+    """What the Depends of POST /v1/answers make of a request (the gateway; a valid key within its rate, while keys
+    are set; the body, within the limits), in the order FastAPI solves them, without its solving them: that took
+    a third of the event loop's time per request at 64 clients. None where the body is not plainly a valid
+    AnswersRequest in JSON: FastAPI then refuses it (or takes it) as the documented route always did."""
+    kind = request.headers.get("content-type", "").lower()
+    if kind != "application/json" and not kind.startswith("application/json;"):
+        return None
+    try:
+        body = AnswersRequest.model_validate_json(await request.body())
+    except ValidationError:
+        return None
+    gateway = request.app.state.gateway
+    if gateway.config.api_keys:  # as KEYED guards the keyed routes (app.py)
+        await authorized(request, gateway)
+    return gateway, await answers_within_limits(body, gateway)
 
 
 AnswersBody = Annotated[AnswersRequest, Depends(answers_within_limits)]

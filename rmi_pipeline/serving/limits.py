@@ -50,8 +50,9 @@ class RequestLimits:
     def check_prompts(self, prompts: list[str], user_id: str) -> None:
         if len(prompts) > self.max_prompts:
             raise HTTPException(413, f"at most {self.max_prompts} prompts in one request, got {len(prompts)}")
-        for i, prompt in enumerate(prompts):
-            self.check_text(f"prompts[{i}]", prompt)
+        if max(map(len, prompts), default=0) > self.max_text_chars:  # a field's name only for a refusal
+            i = next(i for i, prompt in enumerate(prompts) if len(prompt) > self.max_text_chars)
+            self.check_text(f"prompts[{i}]", prompts[i])
         self.check_text("user_id", user_id)
 
     def check_text(self, field: str, text: str | None) -> None:

@@ -62,6 +62,8 @@ class RequestMetrics:
         # a path with a parameter counts under its template: a user's id never becomes a label
         self.templates = [(re.compile(re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(r)) + "$"), r)
                           for r in routes if "{" in r]
+        self._counters: dict[tuple[str, int], object] = {}
+        self._histograms: dict[str, object] = {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -78,5 +80,16 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, counted)
         finally:
-            self.metrics.requests.labels(route, str(status["code"])).inc()
-            self.metrics.latency.labels(route).observe(time.perf_counter() - started)
+            self._counted(route, status["code"]).inc()
+            self._timed(route).observe(time.perf_counter() - started)
+
+    def _counted(self, route: str, status: int):
+        """The route's counter for `status`, looked up once (labels() takes a lock and builds a key each time)."""
+        if (counter := self._counters.get((route, status))) is None:
+            counter = self._counters[route, status] = self.metrics.requests.labels(route, str(status))
+        return counter
+
+    def _timed(self, route: str):
+        if (histogram := self._histograms.get(route)) is None:
+            histogram = self._histograms[route] = self.metrics.latency.labels(route)
+        return histogram

@@ -20,8 +20,9 @@ class Serving(Group):
     model: str = Field(default="champion", min_length=1, description="The registry alias the gateway answers "
                        "with and follows: champion, or fast for the champion's smaller, faster derivative.")
     max_batch: int = Field(default=64, ge=1, description="Most prompts decoded in one forward pass.")
-    max_wait_ms: float = Field(default=5.0, ge=0, description="How long a request waits for others to share its "
-                               "forward pass.")
+    max_wait_ms: float = Field(default=5.0, ge=0, description="The longest lull a gathering batch waits through for "
+                               "more requests (a full batch, or one that waited as long as the last pass took, starts "
+                               "at once; a lone request waits for none).")
     threads: int = Field(default=1, ge=1, description="CPU threads of the forward pass: one is fastest for the "
                          "default model on a CPU, where the HTTP side needs the other cores (bench/serve.py); more "
                          "for a bigger model.")
