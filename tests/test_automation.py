@@ -136,7 +136,7 @@ def test_a_queue_of_ingests_gets_one_health_check_and_one_canary_verdict_after_i
         def after_ingest():
             return health_after_ingest(build_run_status_sensor_context(
                 sensor_name="health_after_ingest", dagster_event=success, dagster_instance=instance,
-                dagster_run=instance.get_run_by_id(ingested.run_id)))
+                dagster_run=instance.get_run_by_id(ingested.run_id), resources={"registry": registry}))
 
         def verdict():
             return canary_sensor(build_sensor_context(instance=instance, resources={
@@ -155,6 +155,44 @@ def test_a_queue_of_ingests_gets_one_health_check_and_one_canary_verdict_after_i
         assert verdict().run_key.startswith(f"canary-v{versions[1]}-after-")
 
 
+def test_health_checks_wait_for_a_first_champion_and_a_cycle_gets_one_unless_one_waits_or_started_since(rmi_env):
+    """No check after an ingest while there is no champion to check: the first one gets its baseline after the cycle
+    that promoted it (health_after_cycle). That check is skipped when another waits to start, or started after the
+    cycle ended (one an ingest asked for, queued behind the cycle): it checks the champion the cycle left."""
+    from dagster import DagsterEvent, DagsterRunStatus
+
+    from rmi_pipeline.automation.jobs import health_check, improvement_cycle, ingest_feedback
+    from rmi_pipeline.automation.schedules import health_after_cycle, health_after_ingest
+    from rmi_pipeline.definitions import build_definitions
+
+    defs = build_definitions(rmi_env)
+    with instance_for_test() as instance:
+        def run(job, *times):  # started and ended at `times`, as far as given
+            made = instance.create_run_for_job(defs.resolve_job_def(job.name), status=DagsterRunStatus.NOT_STARTED)
+            for kind, at in zip((DagsterEventType.RUN_START, DagsterEventType.RUN_SUCCESS), times, strict=False):
+                instance.report_dagster_event(DagsterEvent(kind.value, job_name=job.name), made.run_id, timestamp=at)
+            return made
+
+        def after(sensor, finished, **resources):
+            success = instance.all_logs(finished.run_id, of_type=DagsterEventType.RUN_SUCCESS)[0].dagster_event
+            return sensor(build_run_status_sensor_context(
+                sensor_name=sensor.name, dagster_event=success, dagster_instance=instance,
+                dagster_run=instance.get_run_by_id(finished.run_id), resources=resources))
+
+        ingest = run(ingest_feedback, 100.0, 200.0)
+        assert "no champion yet" in after(health_after_ingest, ingest, registry=defs.resources["registry"]).skip_message
+        cycle = run(improvement_cycle, 1000.0, 2000.0)
+        assert after(health_after_cycle, cycle).run_key == f"health-after-{cycle.run_id}"
+        run(health_check, 500.0, 600.0)  # it checked before the cycle: one now all the same
+        assert after(health_after_cycle, cycle).run_key == f"health-after-{cycle.run_id}"
+        waiting = run(health_check)
+        assert "health_check run waits to start" in after(health_after_cycle, cycle).skip_message
+        instance.delete_run(waiting.run_id)
+        since = run(health_check, 2100.0)
+        assert f"health_check run {since.run_id[:8]} started after this cycle ended" in after(
+            health_after_cycle, cycle).skip_message
+
+
 def test_under_the_daemon_feedback_becomes_a_champion_and_a_drift_starts_a_targeted_cycle_with_no_click(tmp_path):
     """Real `rmi ui` (webserver + daemon): a file lands, and the sensors ingest it and run a cycle that promotes
     a first champion. Then users drift to a slice it never served; health flags it and a targeted cycle starts."""
@@ -162,7 +200,7 @@ def test_under_the_daemon_feedback_becomes_a_champion_and_a_drift_starts_a_targe
     from rmi_pipeline.settings import Settings
 
     home = tmp_path / "home"
-    env = {"RMI_TRAIN_BOOTSTRAP_STEPS": "100", "RMI_TRAIN_STEPS": "50", "RMI_GATE_FIRST_FLOOR": "0",
+    env = {"RMI_TRAIN_BOOTSTRAP_STEPS": "50", "RMI_TRAIN_STEPS": "50", "RMI_GATE_FIRST_FLOOR": "0",
            "RMI_CYCLE_MIN_NEW_EVENTS": "50", "RMI_EVAL_ITEMS_PER_SLICE": "20",
            "RMI_EVAL_REFRESHED_ITEMS_PER_SLICE": "20",
            "RMI_SENSOR_INTERVAL_SECONDS": "5"}  # the daemon's sensors look every 5 s, not 30

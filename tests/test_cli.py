@@ -100,8 +100,10 @@ def test_ctrl_c_during_a_cycle_stops_rmi_run_and_moves_no_champion(rmi_env):
     from rmi_pipeline.resources import build_resources
 
     log = rmi_env.resolved_home.parent / "run.log"
-    # a quick first model any score promotes, then a candidate still training when the interrupt comes
-    env = {**os.environ, "RMI_TRAIN_BOOTSTRAP_STEPS": "50", "RMI_GATE_FIRST_FLOOR": "0", "RMI_TRAIN_STEPS": "100000",
+    # a quick first model any score promotes, then a candidate still training when the interrupt comes: of its 1,000
+    # steps the first 50 are reported (a fit reports every twentieth of its steps, at most every 200), and the
+    # interrupt comes with 950 left
+    env = {**os.environ, "RMI_TRAIN_BOOTSTRAP_STEPS": "50", "RMI_GATE_FIRST_FLOOR": "0", "RMI_TRAIN_STEPS": "1000",
            "RMI_SIM_QUERIES_PER_CYCLE": "200"}
     proc = subprocess.Popen([str(Path(sys.executable).parent / "rmi"), "run", "--cycles", "3", "--fresh"],
                             stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -48,7 +48,7 @@ def production(tmp_path_factory):
             # what is under test is where state lives, not how well the model learns (test_loop.py): short
             # trainings and a first model that is always promoted keep this a minute or two on shared cores; a
             # challenger the gate passes is promoted at once (no canary trial, whose runs would depend on the verdict)
-            short = {"RMI_TRAIN_BOOTSTRAP_STEPS": "300", "RMI_TRAIN_STEPS": "200", "RMI_GATE_FIRST_FLOOR": "0",
+            short = {"RMI_TRAIN_BOOTSTRAP_STEPS": "60", "RMI_TRAIN_STEPS": "60", "RMI_GATE_FIRST_FLOOR": "0",
                      "RMI_SIM_QUERIES_PER_CYCLE": "600", "RMI_PROMOTION": "offline"}
             env = {**FAST, **short, "RMI_HOME": str(home), "RMI_DAGSTER_YAML": str(tmp / "dagster.yaml"),
                    "RMI_MLFLOW_TRACKING_URI": tracking, "RMI_STORAGE_URL": f"s3://{BUCKETS[0]}/loop",

@@ -6,6 +6,7 @@ import gzip
 import json
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_schema_fuzz import FAST, records
@@ -16,6 +17,7 @@ from rmi_pipeline.schema.jsonl import plain_rows, split_lines
 from rmi_pipeline.schema.parse import BOM
 
 MAX_TEXT = 200
+pytestmark = pytest.mark.usefixtures("one_duckdb_thread")
 
 
 def record(i: int, **changes) -> dict:

@@ -8,6 +8,7 @@ import gzip
 import json
 from datetime import UTC
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +18,7 @@ from rmi_pipeline.schema.parse import BOM
 FAST = settings(max_examples=200, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
 MAX_TEXT = 64
+pytestmark = pytest.mark.usefixtures("one_duckdb_thread")
 
 any_text = st.text(st.characters(exclude_categories=()), max_size=8)  # lone surrogates included
 json_values = st.recursive(

@@ -121,10 +121,14 @@ def test_a_judge_that_answers_badly_fails_the_cycle_and_moves_nothing(task_home,
     settings = task_home["settings"]
     registry = build_resources(settings)["registry"]
     champion = registry.version(CHAMPION).version
+    # judge_agreement asks the judge first and fails; Dagster still runs the steps that do not wait for it (the
+    # reward model, the challenger's training), which decide nothing here: as little of each as they allow
+    quick = {"training": settings.training.model_copy(update={"steps": 1}),
+             "reward": settings.reward.model_copy(update={"steps": 1, "prompts": 1})}
     with running_judge(**{fault: 1.0, "stall_seconds": 3}) as url:
         # another judge model: none of its verdicts are cached, so it is asked
         judge = Judge(url=url, model=f"broken-{fault}", retries=1, timeout_seconds=1.0)
-        ok, error = _cycle(settings.model_copy(update={"judge": judge}))
+        ok, error = _cycle(settings.model_copy(update={"judge": judge, **quick}))
     assert not ok
     reason = {"non_json_share": "not JSON", "out_of_range_share": "not a boolean", "timeout_share": "timed out"}
     assert "the judge gave no usable verdict" in error and reason[fault] in error, error[-2000:]

@@ -146,7 +146,7 @@ def test_a_warm_candidate_is_the_cold_program_s_candidate_weight_for_weight(rmi_
     """Same dataset, same seed: the candidate of the warm worker and that of the training program started cold
     (`python -m rmi_pipeline.training.program`) have the same weights (so the warm path changes the time, nothing
     else)."""
-    monkeypatch.setenv("RMI_TRAIN_BOOTSTRAP_STEPS", "60")
+    monkeypatch.setenv("RMI_TRAIN_BOOTSTRAP_STEPS", "20")
     prepare_home(rmi_env)
     World(rmi_env).ensure_eval_suite()
     up_to_training = [AssetKey(k) for k in ("eval_suite", "practice", "training_dataset", "candidate_model")]
@@ -168,7 +168,7 @@ def test_a_warm_candidate_is_the_cold_program_s_candidate_weight_for_weight(rmi_
     client = registry.client()
     runs = {v: client.get_run(client.get_model_version(rmi_env.model_name, v).run_id).data for v in ("1", "2")}
     assert runs["1"].params["seed"] == runs["2"].params["seed"]
-    assert runs["1"].metrics["steps_done"] == runs["2"].metrics["steps_done"] == 60
+    assert runs["1"].metrics["steps_done"] == runs["2"].metrics["steps_done"] == 20
     first, second = registry.load("1", recipe).state_dict(), registry.load("2", recipe).state_dict()
     assert first.keys() == second.keys()
     assert all(torch.equal(first[k], second[k]) for k in first)

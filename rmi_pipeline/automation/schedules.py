@@ -14,6 +14,7 @@ from dagster import (
     run_status_sensor,
 )
 
+from ..resources.registry import ModelRegistry
 from .forget import forget_feedback
 from .jobs import health_check, improvement_cycle, ingest_feedback, waiting_to_start
 
@@ -48,7 +49,11 @@ def retention_schedule(settings) -> ScheduleDefinition:
                    description="After every successful ingest_feedback run: checks the champion's health, so a "
                                "live regression is seen as soon as its feedback lands (one check for a queue of "
                                "ingests: none while another ingest or a check waits to start).")
-def health_after_ingest(context):
+def health_after_ingest(context, registry: ModelRegistry):
+    from ..resources.registry import CHAMPION
+
+    if registry.version(CHAMPION) is None:  # nothing to check: the first champion's baseline comes after its cycle
+        return SkipReason("no champion yet: health_after_cycle checks the first one once a cycle promotes it")
     if waiting := waiting_to_start(context.instance, ingest_feedback, health_check):
         return SkipReason(f"a {waiting} run waits to start: the check after it sees this batch too")
     return RunRequest(run_key=f"health-after-{context.dagster_run.run_id}", tags={"rmi/trigger": "ingest"})
@@ -59,4 +64,18 @@ def health_after_ingest(context):
                    description="After every successful improvement_cycle run: a new champion gets its health "
                                "baseline at once; a champion the cycle did not replace is checked again.")
 def health_after_cycle(context):
+    from dagster import RunsFilter
+
+    # a check that waits to start, or started after this cycle ended, checks the champion the cycle left: the
+    # check asked for by an ingest queued behind the cycle usually is one (a second one held the next ingest ~15 s)
+    instance = context.instance
+    if waiting := waiting_to_start(instance, health_check):
+        return SkipReason(f"a {waiting} run waits to start: it checks the champion this cycle left")
+    cycle = instance.get_run_record_by_id(context.dagster_run.run_id)
+    ended = cycle.end_time if cycle else None
+    latest = instance.get_run_records(RunsFilter(job_name=health_check.name), limit=1)
+    if ended and latest and latest[0].dagster_run.status in (DagsterRunStatus.STARTED, DagsterRunStatus.SUCCESS) \
+            and (latest[0].start_time or 0) >= ended:
+        return SkipReason(f"health_check run {latest[0].dagster_run.run_id[:8]} started after this cycle ended: "
+                          "it checks the champion the cycle left")
     return RunRequest(run_key=f"health-after-{context.dagster_run.run_id}", tags={"rmi/trigger": "cycle"})
