@@ -17,7 +17,9 @@ Stages:
 1. in process: `recipe.answer` on batches of 64 prompts, and on one prompt at a time (200);
 2. `rmi serve` on 127.0.0.1 with 1, 8 and 64 concurrent clients (asyncio aiohttp, one prompt a request; the
    1-client row asks at most 300), and 8 clients asking 8 prompts a request: answers per second, p50 and p99
-   latency, and the mean batch the gateway decoded (its /metrics); feedback acknowledged per second at 64 clients;
+   latency, the mean batch the gateway decoded (its /metrics), and the CPU time an answer cost the gateway and the
+   clients, with the rate the machine's cores allow at that cost (the clients share them); feedback acknowledged
+   per second at 64 clients;
 3. the alias moved during load (8 clients, 2 s in, until the new version has answered for a second): failed
    requests, and seconds until the new version answers;
 4. kill -9 of the gateway at random moments while 64 clients send feedback, until `--feedback` events are
@@ -146,24 +148,32 @@ def _gateway(root: Path, registry, prompts: list[str], in_process: float) -> dic
     from rmi_pipeline.serving.process import running_gateway, wait_ready
 
     rows = []
-    with running_gateway(log_file=root / "serve.log") as (url, _):
+    with running_gateway(log_file=root / "serve.log") as (url, process):
         wait_ready(url, "1")
         rids: list[str] = []
         for clients, per_request in [(c, 1) for c in CLIENTS] + [(8, 8)]:
             asked = prompts[:min(len(prompts), ONE_CLIENT)] if clients == 1 else prompts
-            before = _batches(url)
+            before, cpu = _batches(url), (_cpu_seconds(process.pid), _cpu_seconds())
             rate, latencies, failed, got = asyncio.run(_answers(url, asked, clients, per_request=per_request))
             after = _batches(url)
+            answered = len(latencies) * per_request
+            gateway_ms, clients_ms = ((_cpu_seconds(pid) - was) * 1000 / max(1, answered)
+                                      for pid, was in zip((process.pid, None), cpu, strict=True))
+            # what the cores allow: every answer costs the gateway's CPU and the clients' on the same machine
+            cap = (os.cpu_count() or 1) * 1000 / (gateway_ms + clients_ms)
             mean_batch = (after[0] - before[0]) / max(1, after[1] - before[1])
             rids = got if clients == max(CLIENTS) and per_request == 1 else rids
             rows.append({"clients": clients, "prompts_per_request": per_request, "answers_per_s": rate,
                          "x_in_process": rate / in_process, "p50_ms": _ms(latencies, 50),
                          "p99_ms": _ms(latencies, 99), "failed": failed, "mean_batch": mean_batch,
-                         "load": os.getloadavg()[0]})
+                         "gateway_cpu_ms_per_answer": gateway_ms, "clients_cpu_ms_per_answer": clients_ms,
+                         "cores_allow_per_s": cap, "load": os.getloadavg()[0]})
             who = f"{clients:2d} clients" + (f" asking {per_request} prompts a request" if per_request > 1 else "")
             print(f"gateway, {who}: {rate:,.0f} answers/s ({rate / in_process:.2f}x in process batched), p50 "
                   f"{rows[-1]['p50_ms']:.1f} ms, p99 {rows[-1]['p99_ms']:.1f} ms, {failed} failed; batches of "
-                  f"{mean_batch:.1f} prompts on average{_load()}", flush=True)
+                  f"{mean_batch:.1f} prompts on average; CPU per answer: gateway {gateway_ms:.2f} ms, clients "
+                  f"{clients_ms:.2f} ms, so the {os.cpu_count()} cores allow at most {cap:,.0f}/s "
+                  f"({cap / in_process:.2f}x){_load()}", flush=True)
         acks, seconds, failed = asyncio.run(_feedback(url, rids, 3000, 64))
         feedback = {"clients": 64, "acknowledged_per_s": len(acks) / seconds, "failed": failed}
         print(f"gateway, 64 clients: {feedback['acknowledged_per_s']:,.0f} feedback events acknowledged/s, "
@@ -185,6 +195,15 @@ def _gateway(root: Path, registry, prompts: list[str], in_process: float) -> dic
               f"{alias['seconds_to_new_version']:.2f} s after the move (RMI_SERVE_RELOAD_SECONDS=1 plus its load); "
               f"serving v{serving} after", flush=True)
     return {"gateway": rows, "feedback": feedback, "alias_move": alias}
+
+
+def _cpu_seconds(pid: int | None = None) -> float:
+    """CPU seconds (user and system) a process has used so far: this one (the clients) where `pid` is None."""
+    if pid is None:
+        used = os.times()
+        return used.user + used.system
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14 and 15)
 
 
 def _load() -> str:

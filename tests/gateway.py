@@ -18,7 +18,8 @@ def warehouse_events(settings) -> list[dict]:
         ingest_new_batches(defs, instance)
     with defs.resources["warehouse"].connect(read_only=True) as conn:
         frame = conn.sql("SELECT event_id, prompt, completion, model_version, rating, correction, user_id, "
-                         "meta->>'response_id' AS response_id, meta->>'client' AS client FROM feedback_events").pl()
+                         "meta->>'response_id' AS response_id, meta->>'client' AS client, meta->>'cut' AS cut "
+                         "FROM feedback_events").pl()
     return frame.to_dicts()
 
 

@@ -30,20 +30,23 @@ def arithmetic():
 def test_the_arithmetic_model_decodes_with_a_client_s_options(arithmetic):
     """Greedy with the defaults it answers as `answer`; max_tokens cuts the decoding (LENGTH), a stop text the
     answer (STOP); tokens are the model's (width + 1 answer tokens, none for a prompt it cannot read); a seed
-    repeats a sample, and top_p near 0 samples only the most likely token: the greedy answer."""
+    repeats a sample, and top_p near 0 samples only the most likely token: the greedy answer. An answer the
+    client's max_tokens or stop text ended is marked cut, and only such an answer."""
     plain = R.complete(arithmetic, PROMPTS, Decoding())
     assert [c.text for c in plain] == R.answer(arithmetic, PROMPTS)
     assert [(c.tokens, c.finish_reason) for c in plain] == [(4, STOP), (3, STOP), (4, STOP), (0, STOP)]
     assert R.prompt_tokens(arithmetic, PROMPTS) == [8, 6, 8, 0]
 
     cut = R.complete(arithmetic, PROMPTS[:3], Decoding(max_tokens=2))
-    assert [(c.tokens, c.finish_reason) for c in cut] == [(2, LENGTH)] * 3
+    assert [(c.tokens, c.finish_reason, c.cut) for c in cut] == [(2, LENGTH, True)] * 3
+    assert not any(c.cut for c in plain)
     assert R.complete(arithmetic, ["12+34="], Decoding(max_tokens=3)) == plain[1:2]  # room for all of it
 
     whole = plain[0].text
     stop = whole[1]
     stopped = R.complete(arithmetic, PROMPTS[:1], Decoding(stop=("zz", stop)))[0]
-    assert (stopped.text, stopped.finish_reason) == (whole[:whole.index(stop)], STOP)
+    assert (stopped.text, stopped.finish_reason, stopped.cut) == (whole[:whole.index(stop)], STOP, True)
+    assert not R.complete(arithmetic, PROMPTS[:1], Decoding(stop=("zz",)))[0].cut  # a stop text not met
 
     sampled = [R.complete(arithmetic, PROMPTS * 4, Decoding(temperature=2.0, seed=5)) for _ in range(2)]
     assert sampled[0] == sampled[1] and [c.text for c in sampled[0]] != R.answer(arithmetic, PROMPTS * 4)
@@ -83,11 +86,12 @@ def test_a_recipe_that_writes_none_of_it_gets_defaults_in_characters():
     is refused by name, since the default samples from the whole distribution."""
     echo = Echo()
     one = echo.complete(None, ["q"], Decoding())[0]
-    assert (one.text, one.tokens, one.finish_reason) == ("hello world", 11, STOP)
+    assert (one.text, one.tokens, one.finish_reason, one.cut) == ("hello world", 11, STOP, False)
     cut = echo.complete(None, ["q"], Decoding(max_tokens=3))[0]
-    assert (cut.text, cut.tokens, cut.finish_reason) == ("hel", 3, LENGTH)
+    assert (cut.text, cut.tokens, cut.finish_reason, cut.cut) == ("hel", 3, LENGTH, True)
+    assert not echo.complete(None, ["q"], Decoding(max_tokens=11))[0].cut
     stopped = echo.complete(None, ["q"], Decoding(stop=(" w",)))[0]
-    assert (stopped.text, stopped.tokens, stopped.finish_reason) == ("hello", 6, STOP)
+    assert (stopped.text, stopped.tokens, stopped.finish_reason, stopped.cut) == ("hello", 6, STOP, True)
     assert echo.complete(None, ["q"], Decoding(temperature=1.0, seed=4))[0].text == "sampled 4"
     assert echo.prompt_tokens(None, ["abc", ""]) == [3, 0] and echo.pieces(None, "ab") == ["a", "b"]
     assert echo.unsupported_decoding(Decoding(temperature=1.0, top_p=0.5)).startswith("top_p:")
@@ -127,13 +131,15 @@ def test_a_hugging_face_model_decodes_counts_and_renders_chats_with_its_template
     prompts = ["Reverse the words: owl ant", "cat bee"]
     plain = recipe.complete(hf_model, prompts, Decoding())
     assert [c.text for c in plain] == recipe.answer(hf_model, prompts)
-    assert all(c.finish_reason == LENGTH and c.tokens == recipe.max_answer_tokens for c in plain)  # untrained
+    # untrained: its own limit ends every answer, which is then whole, not cut
+    assert all(c.finish_reason == LENGTH and c.tokens == recipe.max_answer_tokens and not c.cut for c in plain)
     one = recipe.complete(hf_model, prompts, Decoding(max_tokens=1))
-    assert [(c.tokens, c.finish_reason) for c in one] == [(1, LENGTH)] * 2
+    assert [(c.tokens, c.finish_reason, c.cut) for c in one] == [(1, LENGTH, True)] * 2
     text = plain[0].text
     stop = text[len(text) // 2:][:2]
     stopped = recipe.complete(hf_model, prompts[:1], Decoding(stop=(stop,)))[0]
-    assert stopped.finish_reason == STOP and stop not in stopped.text and stopped.tokens < plain[0].tokens
+    assert stopped.finish_reason == STOP and stopped.cut and stop not in stopped.text
+    assert stopped.tokens < plain[0].tokens
     words = "Reverse the words: owl ant"  # the tokenizer learned these words: fewer tokens than characters
     assert "".join(recipe.pieces(hf_model, words)) == words and 1 < len(recipe.pieces(hf_model, words)) < len(words)
     tokenizer = hf_model.tokenizer

@@ -159,7 +159,7 @@ def test_pairs_come_from_corrections_and_from_thumbs_on_the_same_prompt_only_whe
 
     db = duckdb.connect()
     db.sql("CREATE TABLE feedback_events AS SELECT event_id, prompt, completion, rating, correction, batch_id, "
-           "TIMESTAMP '2026-01-01' + to_seconds(event_id) AS ts FROM (VALUES "
+           "TIMESTAMP '2026-01-01' + to_seconds(event_id) AS ts, NULL::JSON AS meta FROM (VALUES "
            "(1, '3+3=', '7', 'down', '6', 'b1'), "  # a correction: 6 over 7
            "(2, '12+7=', '19', 'up', NULL, 'b0'), "
            "(3, '7+12=', '18', 'down', NULL, 'b1'), "  # the same canonical prompt: 19 over 18, new in b1

@@ -124,9 +124,10 @@ def test_the_model_list_names_the_champion_the_canary_and_the_challenger_with_th
     assert canary.choices[0].text == R.answer(api["canary"], [ASKED])[0]
 
 
-def test_feedback_on_a_chat_answer_and_on_a_streamed_one_lands_with_its_sampling(api):
+def test_feedback_on_a_chat_answer_and_on_a_streamed_one_lands_saying_how_it_was_sampled_or_cut(api):
     """Each reply's id is a response id /v1/feedback takes, a streamed one's too (recorded before its first chunk);
-    a sampled answer's event says its temperature and seed, as the explored ones' do."""
+    a sampled answer's event says its temperature and seed, as the explored ones' do; one that max_tokens cut says
+    so (meta.cut), and only that one: the loop counts no thumb on it."""
     client, url = sdk(api), api["url"]
     user = [{"role": "user", "content": ASKED}]
     chat = client.chat.completions.create(model=api["name"], messages=user, temperature=0.8, seed=11,
@@ -134,7 +135,9 @@ def test_feedback_on_a_chat_answer_and_on_a_streamed_one_lands_with_its_sampling
     stream = client.chat.completions.create(model=api["name"], messages=user, stream=True, user="bob")
     streamed_id = next(iter(stream)).id  # the answer is recorded before its first chunk: rate it at once
     stream.close()
-    for response_id in (chat.id, streamed_id):
+    cut = client.completions.create(model=api["name"], prompt=ASKED, max_tokens=1, user="carol")
+    assert cut.choices[0].finish_reason == "length"
+    for response_id in (chat.id, streamed_id, cut.id):
         sent = httpx.post(f"{url}/v1/feedback", json={"response_id": response_id, "rating": "up"})
         assert sent.status_code == 202, sent.text
     httpx.post(f"{url}/v1/flush").raise_for_status()
@@ -142,7 +145,8 @@ def test_feedback_on_a_chat_answer_and_on_a_streamed_one_lands_with_its_sampling
     events = [e for key in store.list(layout.INCOMING)
               for e in pl.read_parquet(io.BytesIO(store.read_bytes(key))).to_dicts()]
     rated = {e["meta"]["response_id"]: e for e in events if e["rating"] == "up"}
-    assert set(rated) == {chat.id, streamed_id}
+    assert set(rated) == {chat.id, streamed_id, cut.id}
+    assert [rated[i]["meta"].get("cut") for i in (chat.id, streamed_id, cut.id)] == [None, None, True]
     assert (rated[chat.id]["meta"]["temperature"], rated[chat.id]["meta"]["sample_seed"]) == (0.8, 11)
     assert rated[chat.id]["prompt"] == ASKED and rated[chat.id]["user_id"] == "alice"
     assert rated[chat.id]["completion"] == chat.choices[0].message.content

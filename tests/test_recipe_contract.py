@@ -11,8 +11,16 @@ import pytest
 
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe
 from rmi_pipeline.recipes.base import CAPABILITIES, MissingCapability, Recipe, load_recipe
+from rmi_pipeline.recipes.completion import Completion
 from rmi_pipeline.settings import DEFAULT_RECIPE
-from rmi_pipeline.testing.recipe_contract import CHECKS, PLAIN_QUESTIONS, Subject, applies
+from rmi_pipeline.testing.recipe_contract import (
+    CHECKS,
+    PLAIN_QUESTIONS,
+    ContractBroken,
+    Subject,
+    applies,
+    check_answers,
+)
 
 TEXT = "rmi_pipeline.recipes.hf.text:TextRecipe"
 RECIPES = [DEFAULT_RECIPE, "rmi_pipeline.recipes.words:WordsRecipe", TEXT,
@@ -120,6 +128,22 @@ def test_check_recipe_prints_each_check_and_fails_a_recipe_that_breaks_the_contr
     assert "  ok    verifier: the verifier accepts right answers and critiques wrong ones" in out
     assert out.rstrip().splitlines()[-1].endswith(" failed") and " 0 failed" not in out
     assert main(["check-recipe", "no.such.module:Recipe"]) == 2  # a path that names no recipe: one line
+
+
+class CompletesOtherwise(ArithmeticRecipe):
+    """Answers a client's plain call otherwise than `answer`, as a recipe whose own decoding drifted would."""
+
+    def complete(self, model, prompts, decoding):
+        return [Completion(c.text + "0", c.tokens + 1, c.finish_reason)
+                for c in super().complete(model, prompts, decoding)]
+
+
+def test_a_recipe_whose_complete_answers_otherwise_than_answer_fails_the_answers_check(tmp_path):
+    """The gateway answers an OpenAI client's plain call with `complete`: it must be what the evals measured."""
+    subject = Subject(CompletesOtherwise(), tmp_path)
+    with pytest.raises(ContractBroken, match="complete with the default options answers as answer does"):
+        check_answers(subject)
+    check_answers(Subject(ArithmeticRecipe(), tmp_path))  # the recipe it derives from keeps it
 
 
 def test_check_recipe_runs_where_pytest_is_not_installed():

@@ -151,7 +151,8 @@ def test_the_canary_s_share_of_users_is_sent_to_the_canary_s_engine_model(proxy)
 
 def test_answers_and_feedback_through_the_proxy_land_in_the_warehouse_exactly_once(engine):
     """Every answer the proxy gives is one unrated event and every feedback one rated event in the proxy's warehouse,
-    with the proxy's response ids and versions; the engine's own records (its log, in its own home) are not in it."""
+    with the proxy's response ids and versions; the engine's own records (its log, in its own home) are not in it.
+    A choice the client's max_tokens ended, plain or streamed, is recorded as cut, and only such a choice."""
     settings, _ = beside(engine, "exactly-once", **routed(engine, RMI_CANARY_SHARE="0"))
     with app_in_thread(build_app(settings)) as url:
         wait_ready(url, "1")
@@ -163,13 +164,18 @@ def test_answers_and_feedback_through_the_proxy_land_in_the_warehouse_exactly_on
         given.append(list(client.completions.create(model=NAME, prompt="1+2=", stream=True, user="bo"))[0].id)
         given += [a["response_id"] for a in httpx.post(f"{url}/v1/answers", json={"prompts": ["3+4=", "5+6="],
                                                                                   "user_id": "bo"}).json()["answers"]]
+        cut = [client.completions.create(model=NAME, prompt="12+34=", max_tokens=1, user="bo").id,
+               list(client.completions.create(model=NAME, prompt="12+34=", max_tokens=1, stream=True,
+                                              user="bo"))[0].id]
+        given += cut
         acknowledged = [httpx.post(f"{url}/v1/feedback", json={"response_id": rid, "rating": "down",
                                                                "correction": "9"}).json()["event_id"]
                         for rid in given]
         assert httpx.post(f"{url}/v1/flush").status_code == 200
     assert httpx.post(f"{engine['url']}/v1/flush").status_code == 200  # the engine's own batches: its own home
     events = warehouse_events(settings)
-    assert len(given) == len(set(given)) == 8
+    assert len(given) == len(set(given)) == 10
+    assert {e["response_id"] for e in events if e["cut"] == "true"} == set(cut)
     assert sorted(e["response_id"] for e in events if e["rating"] is None) == sorted(given)
     assert sorted(e["event_id"] for e in events if e["rating"] == "down") == sorted(acknowledged)
     assert len(events) == 2 * len(given) and {e["model_version"] for e in events} == {"1"}

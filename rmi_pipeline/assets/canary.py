@@ -21,7 +21,7 @@ from ..resources import layout
 from ..resources.notifier import Notifier
 from ..resources.registry import CANARY, CANARY_FOR, CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
-from ..resources.warehouse import Warehouse
+from ..resources.warehouse import WHOLE_ANSWER, Warehouse
 from ..settings import Settings
 from .approval import APPROVAL, WAITING, request_approval
 from .feedback import feedback_events
@@ -125,7 +125,7 @@ def live_periods(warehouse: Warehouse, canary: str, champion: str, since: dateti
     rows = warehouse.query(
         "SELECT batch_id, skill, tier, model_version = ? AS canary, count(*) AS rated,"
         " sum(CASE WHEN rating = 'down' THEN 1 ELSE 0 END) AS down FROM feedback_events"
-        " WHERE rating IS NOT NULL AND tier IS NOT NULL AND model_version IN (?, ?) AND ts >= ?"
+        f" WHERE rating IS NOT NULL AND {WHOLE_ANSWER} AND tier IS NOT NULL AND model_version IN (?, ?) AND ts >= ?"
         " AND batch_id IN (SELECT DISTINCT batch_id FROM feedback_events WHERE model_version = ? AND ts >= ?)"
         " GROUP BY ALL", [canary, canary, champion, since, canary, since])
     cells: dict[tuple[str, str], dict[bool, tuple[int, int]]] = {}

@@ -27,7 +27,7 @@ from ..ml.mix import EARLIER_PRACTICE, IMPLICIT
 from ..resources import layout
 from ..resources.registry import CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
-from ..resources.warehouse import Warehouse
+from ..resources.warehouse import WHOLE_ANSWER, Warehouse
 from ..settings import Settings
 from .evals import eval_suite
 from .feedback import feedback_events
@@ -111,7 +111,8 @@ def _feedback_rows(mix: dict[str, float]) -> str:
     rating's label: a signal counts only where no rating or correction says more."""
     signals = ", ".join(f"'{s}'" for s in IMPLICIT if mix[s] > 0)
     # DuckDB's ->> binds looser than IN: the signal in parentheses
-    kept = ["correction IS NOT NULL", "rating = 'up'", *(["rating = 'down'"] if mix["thumbs_down"] > 0 else []),
+    kept = ["correction IS NOT NULL", f"(rating = 'up' AND {WHOLE_ANSWER})",
+            *([f"(rating = 'down' AND {WHOLE_ANSWER})"] if mix["thumbs_down"] > 0 else []),
             *([f"(rating IS NULL AND (meta->>'signal') IN ({signals}))"] if signals else [])]
     return ("SELECT prompt, coalesce(correction, completion) AS target, batch_id, "
             "CASE WHEN correction IS NOT NULL THEN 'correction' WHEN rating = 'up' THEN 'thumbs_up' "
@@ -124,8 +125,8 @@ def _feedback_rows(mix: dict[str, float]) -> str:
 _CORRECTION_PAIRS = (
     "SELECT prompt, correction AS target, completion AS rejected, batch_id, 'pair' AS source, 1.0::DOUBLE AS scale "
     "FROM feedback_events WHERE correction IS NOT NULL AND completion IS NOT NULL AND correction <> completion")
-_RATED = ("SELECT prompt, completion, rating, batch_id, ts FROM feedback_events "
-          "WHERE correction IS NULL AND rating IN ('up', 'down') AND completion IS NOT NULL ORDER BY ts, event_id")
+_RATED = ("SELECT prompt, completion, rating, batch_id, ts FROM feedback_events WHERE correction IS NULL "
+          f"AND rating IN ('up', 'down') AND {WHOLE_ANSWER} AND completion IS NOT NULL ORDER BY ts, event_id")
 
 
 def _pairs(recipe, warehouse: Warehouse):

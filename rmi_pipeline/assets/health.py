@@ -39,7 +39,7 @@ from ..resources import layout
 from ..resources.notifier import Notifier
 from ..resources.registry import CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
-from ..resources.warehouse import Warehouse
+from ..resources.warehouse import WHOLE_ANSWER, Warehouse
 from ..settings import Settings
 from .evals import eval_scorer, eval_suite, keep_verdicts, load_sets, remember, remembered, save_slice_scores
 
@@ -180,7 +180,8 @@ def live_rates(warehouse: Warehouse, version: str, window: int, others: bool = F
     rows = warehouse.query(
         "SELECT skill, tier, count(*) AS rated, avg(CASE WHEN rating = 'down' THEN 1.0 ELSE 0.0 END) AS down"
         f" FROM (SELECT * FROM feedback_events WHERE model_version {'<>' if others else '='} ?"
-        " AND rating IS NOT NULL AND tier IS NOT NULL ORDER BY ts DESC LIMIT ?) GROUP BY ALL", [version, window])
+        f" AND rating IS NOT NULL AND {WHOLE_ANSWER} AND tier IS NOT NULL ORDER BY ts DESC LIMIT ?) GROUP BY ALL",
+        [version, window])
     rows = sorted(({**r, "slice": slice_name(r["skill"], r["tier"] if tiered else None)} for r in rows.to_dicts()),
                   key=lambda r: r["slice"])
     rated = sum(r["rated"] for r in rows)

@@ -11,10 +11,14 @@ from dagster import AssetExecutionContext, MaterializeResult, ResourceParam, ass
 from ..resources import layout
 from ..resources.registry import CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
-from ..resources.warehouse import Warehouse
+from ..resources.warehouse import WHOLE_ANSWER, Warehouse
 from ..settings import Settings
 from .evals import eval_suite
 from .feedback import feedback_events
+
+# the prompts a champion's users gave a thumbs-down on its whole answers, newest first: where it fails
+FAILED = (f"SELECT prompt FROM feedback_events WHERE model_version = ? AND rating = 'down' AND {WHOLE_ANSWER} "
+          "ORDER BY ts DESC, event_id LIMIT ?")
 
 
 @asset(deps=[feedback_events, eval_suite], group_name="training", kinds={"pytorch", "parquet"})
@@ -46,9 +50,7 @@ def practice(context: AssetExecutionContext, settings: ResourceParam[Settings], 
     retry = registry.candidates_since(champion.version)  # after a turned-down candidate, other problems
     key = f"{settings.seed}-{champion.version}-{events}" + (f"-retry{retry}" if retry else "")
     rng, seed = random.Random(f"practice-{key}"), turn_seed(settings.seed, champion.version, retry)
-    down = warehouse.query("SELECT prompt FROM feedback_events WHERE model_version = ? AND rating = 'down' "
-                           "ORDER BY ts DESC, event_id LIMIT ?",
-                           [str(champion.version), 4 * settings.practice.failed_prompts])
+    down = warehouse.query(FAILED, [str(champion.version), 4 * settings.practice.failed_prompts])
     failed = retry_prompts(recipe, down["prompt"].to_list(), settings.evals.mined_share,
                            settings.practice.failed_prompts)
     last = reach(recipe, storage.read_json(layout.EVAL_MANIFEST)["slices"])

@@ -18,7 +18,7 @@ from ..resources import layout
 from ..resources.notifier import Notifier
 from ..resources.registry import ModelRegistry
 from ..resources.storage import ObjectStore
-from ..resources.warehouse import Warehouse
+from ..resources.warehouse import WHOLE_ANSWER, Warehouse
 from ..settings import Settings
 
 SUSPECTED = "suspected_reward_hack"  # the model version's tag while a fired probe's finding stands
@@ -163,8 +163,9 @@ def live(recipe, warehouse: Warehouse, challenger: str, champion: str, rules):
         return None
     liked = warehouse.query(
         "SELECT model_version, prompt, completion FROM (SELECT *, row_number() OVER (PARTITION BY model_version "
-        "ORDER BY ts DESC) AS n FROM feedback_events WHERE rating = 'up' AND source = 'user' AND completion IS NOT "
-        "NULL AND model_version IN (?, ?)) WHERE n <= ?", [str(challenger), str(champion), LIVE_ANSWERS])
+        f"ORDER BY ts DESC) AS n FROM feedback_events WHERE rating = 'up' AND source = 'user' AND {WHOLE_ANSWER} "
+        "AND completion IS NOT NULL AND model_version IN (?, ?)) WHERE n <= ?",
+        [str(challenger), str(champion), LIVE_ANSWERS])
     rows = {}
     for version, prompt, completion in liked.iter_rows():
         row = rows.setdefault(version, {"version": version, "liked": 0, "wrong": 0})

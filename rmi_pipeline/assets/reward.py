@@ -10,12 +10,12 @@ from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, Res
 from ..resources import layout
 from ..resources.registry import CHAMPION, ModelRegistry
 from ..resources.storage import ObjectStore
-from ..resources.warehouse import Warehouse
+from ..resources.warehouse import WHOLE_ANSWER, Warehouse
 from ..settings import Settings
 from .feedback import feedback_events
 
 _RATED = ("SELECT prompt, completion, rating = 'up' AS up FROM feedback_events WHERE rating IN ('up', 'down') "
-          "AND source = 'user' AND completion IS NOT NULL ORDER BY ts DESC, event_id LIMIT ?")
+          f"AND source = 'user' AND {WHOLE_ANSWER} AND completion IS NOT NULL ORDER BY ts DESC, event_id LIMIT ?")
 _ASKED = "SELECT prompt FROM feedback_events WHERE source = 'user' ORDER BY ts DESC, event_id LIMIT ?"
 
 

@@ -30,29 +30,32 @@ class Decoding:
 
 @dataclass(frozen=True)
 class Completion:
-    """One answer: its text, the model's tokens decoded for it, and why it ended (STOP or LENGTH)."""
+    """One answer: its text, the model's tokens decoded for it, why it ended (STOP or LENGTH), and whether the
+    client's max_tokens or stop text ended it before the model did (`cut`: not the model's whole answer, so a
+    thumb on it says nothing of the model's choice)."""
 
     text: str
     tokens: int
     finish_reason: str
+    cut: bool = False
 
 
 def cut(pieces: list[str], decoding: Decoding, ended: bool = True) -> Completion:
     """The answer whose tokens are `pieces`, cut at `max_tokens` and before the first stop text. `ended`: the model
     ended it itself (else its own length limit cut it: LENGTH). A recipe that decodes a whole answer first and cuts
     it after (the default `Recipe.complete`) ends here."""
-    finish = STOP if ended else LENGTH
+    finish, short = STOP if ended else LENGTH, False
     if decoding.max_tokens is not None and len(pieces) > decoding.max_tokens:
-        pieces, finish = pieces[:decoding.max_tokens], LENGTH
+        pieces, finish, short = pieces[:decoding.max_tokens], LENGTH, True
     text, at = stopped("".join(pieces), decoding.stop)
     if at is None:
-        return Completion(text, len(pieces), finish)
+        return Completion(text, len(pieces), finish, short)
     offset = 0  # the tokens decoded: up to the one the stop text begins in
     for i, piece in enumerate(pieces):
         if offset + len(piece) > at:
-            return Completion(text, i + 1, STOP)
+            return Completion(text, i + 1, STOP, True)
         offset += len(piece)
-    return Completion(text, len(pieces), STOP)
+    return Completion(text, len(pieces), STOP, True)
 
 
 def stopped(text: str, stop: tuple[str, ...]) -> tuple[str, int | None]:

@@ -36,6 +36,9 @@ from dagster import ConfigurableResource
 from ..schema import EVENT_COLUMNS
 from ..settings import Settings
 
+# a thumb counts only on the model's whole answer: one the client's max_tokens or stop text cut (meta.cut, which
+# rmi serve writes) rates a text the model did not choose to end
+WHOLE_ANSWER = "(meta->>'cut') IS NULL"
 SCHEMA_VERSION = "4"  # bump when SCHEMA changes: writers run it only when the stored version differs
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS feedback_events (

@@ -15,8 +15,8 @@ TEXT_FIELDS = ("event_id", "user_id", "model_version", "prompt", "completion", "
                "source", "skill")
 REQUIRED_TEXT = ("event_id", "user_id", "model_version", "prompt", "completion")
 TYPED = ("rating", "correction", "comment", "skill", "meta")  # optional: null is fine, another JSON type is not
-# meta keys `rmi serve` writes itself (serving/log.py): ids and how an answer was sampled, never a user's words
-GATEWAY_META = ("response_id", "arm", "served_by", "temperature", "sample_seed")
+# meta keys `rmi serve` writes itself (serving/log.py): ids and how an answer was sampled or cut, never a user's words
+GATEWAY_META = ("response_id", "arm", "served_by", "temperature", "sample_seed", "cut")
 
 # the rows the suite validates, as parsing builds them (staging columns and their DuckDB types)
 STAGING = {"row": "BIGINT", "schema_version": "BIGINT", "ts_text": "VARCHAR", "ts_value": "TIMESTAMPTZ",

@@ -239,7 +239,7 @@ class Gateway:
                 answer = {"response_id": new_response_id(), "completion": completion.text, "sampling": sampling,
                           "model_version": decoded.version, "prompt": p, "user_id": item.context[0], "arm": arm,
                           "skill": self._skill(p), "tokens": completion.tokens, "prompt_tokens": prompt_tokens,
-                          "finish_reason": completion.finish_reason, "pieces": pieces}
+                          "finish_reason": completion.finish_reason, "cut": completion.cut, "pieces": pieces}
                 answers[-1].append(answer)
                 # the shadow compares the champion's own choices: greedy, whole answers (not a client's cut)
                 if sampling is None and item.options == PLAIN:

@@ -158,10 +158,12 @@ class FeedbackLog:
 
     # -- what the gateway records --------------------------------------------------------------------------------
     def record_answers(self, answers: list[dict]) -> Future:
-        """Answers as given ({response_id, user_id, model_version, prompt, completion, skill, arm, sampling}):
+        """Answers as given ({response_id, user_id, model_version, prompt, completion, skill, arm, sampling, cut}):
         kept for the feedback window (to join feedback to), and each one an unrated event. `sampling`: the
-        {"temperature", "seed"} of an explored answer, None for a greedy one."""
+        {"temperature", "seed"} of an explored answer, None for a greedy one; `cut` (optional): the client's
+        max_tokens or stop text ended it. Both are kept as how it was decoded."""
         now, stamp = time.time(), _stamp()
+        answers = [{**a, "sampling": _decoded(a)} for a in answers]
 
         def write(conn):
             _make_room(conn, self._room)
@@ -260,12 +262,22 @@ def _written(conn, name: str, oldest: float) -> None:
     conn.execute("DELETE FROM answers WHERE at < ?", (oldest,))
 
 
+def _decoded(answer: dict) -> dict | None:
+    """How an answer was decoded where it is not the model's whole greedy answer: {"temperature", "seed"} when
+    sampled, {"cut": true} when the client's options cut it; None for a whole greedy answer."""
+    how = {**(answer["sampling"] or {}), **({"cut": True} if answer.get("cut") else {})}
+    return how or None
+
+
 def _event(answer: dict, event_id: str, ts: str, user_id: str, rating, correction, comment, source,
            meta: dict) -> dict:
-    """The schema-v1 event of an answer, or of a feedback on it; an explored answer's meta says how it was sampled,
-    so that learning from its thumbs can tell it from the champion's greedy choice."""
-    sampled = answer["sampling"]
-    how = {"temperature": float(sampled["temperature"]), "sample_seed": int(sampled["seed"])} if sampled else {}
+    """The schema-v1 event of an answer, or of a feedback on it; its meta says how an explored answer was sampled,
+    so that learning from its thumbs can tell it from the champion's greedy choice, and marks an answer the
+    client's max_tokens or stop text cut (`cut`), whose thumbs the loop does not count."""
+    sampled = answer["sampling"] or {}
+    how = ({"temperature": float(sampled["temperature"]), "sample_seed": int(sampled["seed"])}
+           if "temperature" in sampled else {})
+    how.update({"cut": True} if sampled.get("cut") else {})
     return {"schema_version": SCHEMA_VERSION, "event_id": event_id, "ts": ts, "user_id": user_id,
             "model_version": answer["model_version"], "prompt": answer["prompt"], "completion": answer["completion"],
             "rating": rating, "correction": correction, "comment": comment, "source": source,

@@ -236,10 +236,10 @@ class Proxy(Gateway):
         if not isinstance(choices, list) or sorted(_index(c, asking.count) for c in choices) != list(
                 range(asking.count)):
             raise EngineFailed(f"the engine's reply does not hold {asking.count} choices")
-        texts = [""] * asking.count
+        texts, cuts = [""] * asking.count, [False] * asking.count
         for choice in choices:
-            texts[choice["index"]] = _text(choice, whole=True)
-        await asking.record(texts)
+            texts[choice["index"]], cuts[choice["index"]] = _text(choice, whole=True), asking.cut(choice)
+        await asking.record(texts, cuts)
         reply["id"] = asking.ids[0]
         for choice in choices:
             choice.update(asking.mine(choice["index"]))
@@ -264,18 +264,25 @@ class Asking:
         self.user_id, self.arm, self.version, self.sampling, self.plain = user_id, arm, loaded.version, sampling, plain
         self.count = len(prompts) * n
         self.ids = [new_response_id() for _ in range(self.count)]
+        self.limited = any(payload.get(k) is not None for k in ("max_tokens", "max_completion_tokens"))
+
+    def cut(self, choice: dict) -> bool:
+        """Whether the client's options ended this choice before the model did: its max_tokens (finish_reason
+        "length" where the request set one) or a stop text (vLLM names it in `stop_reason`; other engines do not
+        say whether a stop text or the end token ended a choice, so theirs count as whole)."""
+        return (choice.get("finish_reason") == "length" and self.limited) or isinstance(choice.get("stop_reason"), str)
 
     def mine(self, index: int) -> dict:
         return {"response_id": self.ids[index], "model_version": self.version}
 
-    async def record(self, texts: list[str]) -> None:
+    async def record(self, texts: list[str], cuts: list[bool]) -> None:
         """Each choice an answer in the log (the engine orders choices prompt by prompt, n each), committed before
         the client has any of them; then, plain greedy completions, to the shadow."""
         proxy = self.proxy
         answers = [{"response_id": rid, "completion": text, "sampling": self.sampling, "model_version": self.version,
                     "prompt": self.prompts[i // self.n], "user_id": self.user_id, "arm": self.arm,
-                    "skill": proxy._skill(self.prompts[i // self.n])}
-                   for i, (rid, text) in enumerate(zip(self.ids, texts, strict=True))]
+                    "skill": proxy._skill(self.prompts[i // self.n]), "cut": cut}
+                   for i, (rid, text, cut) in enumerate(zip(self.ids, texts, cuts, strict=True))]
         await asyncio.wrap_future(proxy.log.record_answers(answers))
         proxy.metrics.prompts.inc(len(self.prompts))
         if proxy.shadow and self.plain and self.arm == proxy.alias and self.path == "completions":
@@ -288,17 +295,19 @@ class Asking:
         log_ = self.proxy.log
         settled = log_.announce(self.ids)
         texts: list[list[str] | None] = [None] * self.count
+        cuts = [False] * self.count
         try:
             async for chunk in stream.chunks():
                 for choice in _choices(chunk, self.count):
                     texts[choice["index"]] = texts[choice["index"]] or []
                     texts[choice["index"]].append(_text(choice, whole=False))
+                    cuts[choice["index"]] = cuts[choice["index"]] or self.cut(choice)
                     choice.update(self.mine(choice["index"]))
                 chunk["id"] = self.ids[0]
                 yield b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
             if None in texts:
                 raise EngineFailed(f"the engine's stream does not hold {self.count} choices")
-            await self.record(["".join(t) for t in texts])
+            await self.record(["".join(t) for t in texts], cuts)
             log_.settle(self.ids, settled)  # feedback waiting on these answers goes ahead
             yield DONE
         except Exception as exc:  # noqa: BLE001 - the status is sent: the client learns it from an error event

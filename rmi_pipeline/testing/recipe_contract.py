@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..recipes.base import CAPABILITIES, ONE_SKILL, ONE_TIER, Recipe, Task, load_recipe
+from ..recipes.completion import Decoding
 
 # what a model-only text recipe is asked when it is given no examples of its own
 PLAIN_QUESTIONS = [
@@ -192,7 +193,8 @@ def check_rows(s: Subject) -> None:
 
 
 def check_answers(s: Subject) -> None:
-    """Answers are text, one per prompt; samples are `k` per prompt and the same for the same seed."""
+    """Answers are text, one per prompt; samples are `k` per prompt and the same for the same seed; with a client's
+    default options `complete` answers as `answer` does, in `pieces` that join back to it."""
     recipe, prompts = s.recipe, [t.prompt for t in s.tasks(16)]
     answers = recipe.answer(s.module, prompts)
     ensure(len(answers) == len(prompts) and all(isinstance(a, str) for a in answers),
@@ -202,6 +204,13 @@ def check_answers(s: Subject) -> None:
            "sample gives k strings per prompt: RL's groups and self-labelling's votes")
     ensure(groups == recipe.sample(s.module, prompts, 3, 0.7, seed=5),
            "the same seed samples the same answers: a retried cycle would see other data")
+    ensure(all("".join(recipe.pieces(s.module, a)) == a for a in answers),
+           "pieces join back to the answer: a streamed answer would read otherwise than the plain one")
+    ensure([c.text for c in recipe.complete(s.module, prompts, Decoding())] == answers,
+           "complete with the default options answers as answer does: a client of the OpenAI API would read other "
+           "answers than the evals measured")
+    ensure(all(c.tokens <= 1 for c in recipe.complete(s.module, prompts, Decoding(max_tokens=1))),
+           "complete decodes at most max_tokens tokens: a client's limit would not hold")
 
 
 def check_training(s: Subject) -> None:
@@ -415,7 +424,7 @@ CHECKS = [
     Check("canonical and slice_of are functions of the prompt", None, False, check_prompts),
     Check("the batch forms agree with the per-row functions", None, False, check_batch_forms),
     Check("training rows: right-padded, loss on the completion", None, True, check_rows),
-    Check("answers and seeded samples", None, True, check_answers),
+    Check("answers, seeded samples and a client's options", None, True, check_answers),
     Check("training lowers the loss", None, True, check_training),
     Check("checkpoints answer as their model; a warm start trains", None, True, check_checkpoints),
     Check("a fresh process answers the same through MLflow", None, True, check_mlflow),

@@ -84,7 +84,8 @@ class ArithmeticRecipe(Recipe):
         out = []
         for text, decoded, whole in self._decoded(model, prompts, limit=decoding.max_tokens, **sampled):
             text, at = stopped(text, decoding.stop)
-            out.append(Completion(text, decoded, STOP if whole or at is not None else LENGTH))
+            short = not whole or at is not None
+            out.append(Completion(text, decoded, STOP if whole or at is not None else LENGTH, short))
         return out
 
     def unsupported_decoding(self, decoding: Decoding):

@@ -41,6 +41,11 @@ def generate(module, texts: list[str], decoding: Decoding, max_new_tokens: int, 
                 decoded = next((i for i, token in enumerate(ids) if token in ends), len(ids))
                 text, at = stopped(text, decoding.stop)
                 ended = at is not None or decoded < max_new_tokens
-                out.append(Completion(text.strip(), decoded, STOP if ended else LENGTH))
+                # generate ends a row at a stop text without saying so: with stop texts asked, a row that ended
+                # early is taken as cut unless its end token is seen to end it (not where padding is that token)
+                seen_end = decoded < len(ids) and ids[decoded] == tokenizer.eos_token_id != tokenizer.pad_token_id
+                cut = (at is not None or (bool(decoding.stop) and ended and not seen_end)
+                       or (not ended and decoding.max_tokens is not None))
+                out.append(Completion(text.strip(), decoded, STOP if ended else LENGTH, cut))
     model.train(was_training)
     return out
