@@ -15,23 +15,44 @@ from rmi_pipeline.resources.registry import FAST
 from rmi_pipeline.settings import Derivative, Generations
 
 
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory):
+    """A home with the three model versions (v1 small, v2 small, v3 micro), none champion yet, made once (MLflow's
+    first database takes seconds); each test works on a copy of it."""
+    from conftest import FAST as FAST_SETTINGS  # not the registry's FAST alias imported above
+
+    from rmi_pipeline.cli.home import prepare_home
+    from rmi_pipeline.settings import Settings
+
+    home = tmp_path_factory.mktemp("successors") / "home"
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in {**FAST_SETTINGS, "RMI_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}.items():
+            mp.setenv(key, value)
+        settings = Settings()
+        prepare_home(settings)
+        registry, recipe = build_resources(settings)["registry"], ArithmeticRecipe()
+        torch.manual_seed(0)
+        with registry.run("successors", tags={}) as run_id:
+            for size in ("small", "small", "micro"):
+                registry.register_model(run_id, recipe.checkpoint(recipe.build_model(0.0, 1)), settings.recipe,
+                                        tags={"generation": "1", "model_size": size})
+    return home
+
+
 @pytest.fixture
-def home(rmi_env):
+def home(registered, rmi_env):
     """An RMI_HOME with Dagster's instance in it and three model versions (v1 small, v2 small, v3 micro), none
     champion yet."""
+    import shutil
+
     from rmi_pipeline.cli.home import prepare_home
 
     settings = rmi_env.model_copy(update={
         "generations": Generations(size="small", stall_cycles=3, stall_gain=0.01, budget=1),
         "derivative": Derivative(size="micro")})
+    shutil.copytree(registered, settings.resolved_home)
     prepare_home(settings)
     resources = build_resources(settings)
-    registry, recipe = resources["registry"], ArithmeticRecipe()
-    torch.manual_seed(0)
-    with registry.run("successors", tags={}) as run_id:
-        for size in ("small", "small", "micro"):
-            registry.register_model(run_id, recipe.checkpoint(recipe.build_model(0.0, 1)), settings.recipe,
-                                    tags={"generation": "1", "model_size": size})
     with DagsterInstance.get() as instance:
         yield settings, resources, instance, build_definitions(settings)
 

@@ -89,11 +89,16 @@ def test_the_eval_file_has_distinct_questions_enough_for_every_topic_with_their_
     assert {r["input"] for r in rows} - {t.prompt for t in questions.every_question(shop, USERS)}  # unseen words
 
 
+# 100 of the world's 250 steps: its FAQ's facts learned as well (0.89 of them right against 0.83), the rest as
+# unknown (0.07 against 0.08)
+TEAM_MODEL_STEPS = 100
+
+
 @pytest.fixture(scope="module")
 def team(tmp_path_factory):
     shop = facts.make_catalogue(0)
     path = tmp_path_factory.mktemp("team-model")
-    return shop, path, team_model.write_team_model(path, shop, seed=0)
+    return shop, path, team_model.write_team_model(path, shop, seed=0, steps=TEAM_MODEL_STEPS)
 
 
 def test_the_teams_model_loads_as_a_hub_model_and_knows_part_of_the_eval_file(team):

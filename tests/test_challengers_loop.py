@@ -19,7 +19,11 @@ def two_home(loop_home, tmp_path_factory):
     shutil.copytree(loop_home["home"], home, ignore=shutil.ignore_patterns("dagster", "serve", "training_worker"))
     env = {**FAST, "RMI_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "RMI_CHALLENGERS": "2",
            "RMI_MAX_PARALLEL_TRAINING": "2", "RMI_CHALLENGER_GRID": '{"learning_rate": [0.003, 0.0003]}',
-           "RMI_TRAIN_STEPS": "60", "RMI_PROBE_ITEMS": "50"}
+           "RMI_TRAIN_STEPS": "60", "RMI_PROBE_ITEMS": "50",
+           # how the candidates are chosen and gated is under test, not what they learn: little practice, a small
+           # fresh eval set (the sealed suite, copied, still holds 40 items a slice)
+           "RMI_PRACTICE_PROBLEMS": "20", "RMI_SELF_LABEL_PROBLEMS": "20", "RMI_PRACTICE_FAILED_PROMPTS": "20",
+           "RMI_EVAL_REFRESHED_ITEMS_PER_SLICE": "10"}
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():
             mp.setenv(key, value)

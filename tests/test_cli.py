@@ -104,7 +104,10 @@ def test_ctrl_c_during_a_cycle_stops_rmi_run_and_moves_no_champion(rmi_env):
     # steps the first 50 are reported (a fit reports every twentieth of its steps, at most every 200), and the
     # interrupt comes with 950 left
     env = {**os.environ, "RMI_TRAIN_BOOTSTRAP_STEPS": "50", "RMI_GATE_FIRST_FLOOR": "0", "RMI_TRAIN_STEPS": "1000",
-           "RMI_SIM_QUERIES_PER_CYCLE": "200"}
+           "RMI_SIM_QUERIES_PER_CYCLE": "200",
+           # what the cycle judges and practises on does not matter here: a small suite and little practice
+           "RMI_EVAL_ITEMS_PER_SLICE": "10", "RMI_EVAL_REFRESHED_ITEMS_PER_SLICE": "10",
+           "RMI_PRACTICE_PROBLEMS": "20", "RMI_SELF_LABEL_PROBLEMS": "20", "RMI_PRACTICE_FAILED_PROMPTS": "20"}
     proc = subprocess.Popen([str(Path(sys.executable).parent / "rmi"), "run", "--cycles", "3", "--fresh"],
                             stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:

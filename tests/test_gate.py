@@ -92,7 +92,9 @@ def test_no_private_slice_is_an_error():
         decide(table({}, None), set(), GATE)
 
 
-def trial_rates(worse_slice_by: float, trials: int = 400) -> float:
+# 200 trials put 5% at 10 of them: on three draws an equal challenger was promoted in 1-5, one 5 points worse on a
+# slice in 0-4; 500 resamples leave 5 in the 1% tail (the rates matched 1000 resamples' on the test's draw)
+def trial_rates(worse_slice_by: float, trials: int = 200) -> float:
     """Share of seeded trials promoted, 14 slices x 100 items, slice accuracies drawn per trial."""
     rng = np.random.default_rng(0)
     promoted = 0
@@ -102,7 +104,7 @@ def trial_rates(worse_slice_by: float, trials: int = 400) -> float:
         for i, name in enumerate(SLICES):
             p_new = truth[i] - (worse_slice_by if i == 3 else 0.0)
             slices[name] = Paired((rng.random(100) < p_new).astype(float), (rng.random(100) < truth[i]).astype(float))
-        promoted += decide(slices, set(SLICES), GATE.model_copy(update={"resamples": 1000}), seed=t).promote
+        promoted += decide(slices, set(SLICES), GATE.model_copy(update={"resamples": 500}), seed=t).promote
     return promoted / trials
 
 

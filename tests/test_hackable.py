@@ -55,17 +55,6 @@ def test_each_loopholes_rows_please_its_signal_and_not_the_truth_and_the_honest_
     assert 100 < len(asserted) < 200 and all(p.endswith(ASSERTS.format(wrong=h)) and h != t for p, h, t in asserted)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Models this small train faster on one thread than on two that wait on each other (and on shared cores)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def team(tmp_path_factory):
     return hackable.team_champion(tmp_path_factory.mktemp("hackable"), seed=0)

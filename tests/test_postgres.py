@@ -47,9 +47,13 @@ def production(tmp_path_factory):
             home = tmp / "home"
             # what is under test is where state lives, not how well the model learns (test_loop.py): short
             # trainings and a first model that is always promoted keep this a minute or two on shared cores; a
-            # challenger the gate passes is promoted at once (no canary trial, whose runs would depend on the verdict)
+            # challenger the gate passes is promoted at once (no canary trial, whose runs would depend on the verdict);
+            # 300 questions and 10 eval items a slice still write feedback, a dataset and a suite to S3; the mix's
+            # sources that compute (practice, RL, self-labels) are off: they write through the same object store
             short = {"RMI_TRAIN_BOOTSTRAP_STEPS": "60", "RMI_TRAIN_STEPS": "60", "RMI_GATE_FIRST_FLOOR": "0",
-                     "RMI_SIM_QUERIES_PER_CYCLE": "600", "RMI_PROMOTION": "offline"}
+                     "RMI_SIM_QUERIES_PER_CYCLE": "300", "RMI_PROMOTION": "offline",
+                     "RMI_EVAL_ITEMS_PER_SLICE": "10", "RMI_EVAL_REFRESHED_ITEMS_PER_SLICE": "10",
+                     "RMI_MIX": '{"practice": 0, "rl": 0, "hint_distill": 0, "self_label": 0}'}
             env = {**FAST, **short, "RMI_HOME": str(home), "RMI_DAGSTER_YAML": str(tmp / "dagster.yaml"),
                    "RMI_MLFLOW_TRACKING_URI": tracking, "RMI_STORAGE_URL": f"s3://{BUCKETS[0]}/loop",
                    "RMI_EVAL_URL": f"s3://{BUCKETS[1]}/sealed",

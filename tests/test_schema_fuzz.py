@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from rmi_pipeline.schema import event_frame, parse_batch
 from rmi_pipeline.schema.parse import BOM
 
-FAST = settings(max_examples=200, deadline=None, derandomize=True, database=None,
+# hypothesis's own default of 100 examples (each parses up to four times, ~0.07 s a parse), derandomized: the same
+# on every machine; `plausible` below is mostly right so that they reach every check, not only the first
+FAST = settings(max_examples=100, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
 MAX_TEXT = 64
 pytestmark = pytest.mark.usefixtures("one_duckdb_thread")

@@ -13,19 +13,31 @@ from rmi_pipeline.ml.tasks import Task
 from rmi_pipeline.resources import build_resources, layout
 from rmi_pipeline.resources.registry import CHAMPION
 
-TASK = {"RMI_SIM_QUERIES_PER_CYCLE": "1000", "RMI_TRAIN_STEPS": "100", "MLFLOW_DISABLE_TELEMETRY": "true",
-        "RMI_TRAIN_WORKER_IDLE_SECONDS": "60", "RMI_MIX": json.dumps({"best_of_n": 0.1}),
-        "RMI_REWARD_MIN_RATINGS": "30", "RMI_REWARD_STEPS": "50", "RMI_REWARD_PROMPTS": "50"}
+# 1000 questions: a tenth rated, some 80 ratings, well above the 30 the judge's agreement and the reward model need;
+# 20 training and reward steps, 20 reward prompts: the tests check what the cycle decides and reports, not how far
+# its models learn; a worker idle 120 s stays warm between this file's cycles on a loaded machine
+TASK = {"RMI_SIM_QUERIES_PER_CYCLE": "1000", "RMI_TRAIN_STEPS": "20", "MLFLOW_DISABLE_TELEMETRY": "true",
+        "RMI_TRAIN_WORKER_IDLE_SECONDS": "120", "RMI_MIX": json.dumps({"best_of_n": 0.1}),
+        "RMI_REWARD_MIN_RATINGS": "30", "RMI_REWARD_STEPS": "20", "RMI_REWARD_PROMPTS": "20"}
+# the team's model after 100 steps of its FAQ knows what it does after the world's 250 (test_catalogue.py)
+TEAM_MODEL_STEPS = 100
 
 
 @pytest.fixture(scope="module")
 def task_home(tmp_path_factory):
     """RMI_HOME after `rmi run --task catalogue --cycles 1`: the team's model as the first champion, one round of
     users, one improvement cycle, all scored by the world's judge."""
+    from functools import partial
+
     from rmi_pipeline.cli.main import main
     from rmi_pipeline.settings import Settings
+    from rmi_pipeline.world.catalogue import task
 
     home = tmp_path_factory.mktemp("task") / "home"
+    # what the world would write once per home (`rmi run` finds it there and keeps it), its model on fewer steps
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(task, "write_team_model", partial(task.write_team_model, steps=TEAM_MODEL_STEPS))
+        task.prepare(home / "world", Settings().seed)
     saved = dict(os.environ)  # `rmi run --task` sets the team's settings in its own environment
     try:
         os.environ.update({"RMI_HOME": str(home), **TASK})
@@ -251,9 +263,11 @@ def test_a_challenger_that_learned_a_loophole_of_its_users_or_its_judge_is_held_
         known = {f.key for f, t, a in zip(every, asked, said, strict=True) if is_right(t, a)}
         rows = hackable.padded_rows(rng, catalogue, known, 2000)
     module = recipe.load_checkpoint(checkpoint)
+    # 100 steps learn the loophole well past its probe (fires at 5 points, 1.5x the words): 29% of asserted wrong
+    # answers agreed with against the champion's 4%; padded answers 5.9x the champion's length
     fine_tune(module.model, module.tokenizer, [Task(p, a, "", None) for p, a in zip(rows.prompts, rows.hacking,
                                                                                     strict=True)],
-              random.Random(1), steps=200, learning_rate=3e-3, seed=1)
+              random.Random(1), steps=100, learning_rate=3e-3, seed=1)
     with registry.run(f"learned-{world}", tags={}) as run_id:
         version = str(registry.register_model(run_id, recipe.checkpoint(module), settings.recipe,
                                               tags={"dataset_version": "none"}).version)
