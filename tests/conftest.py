@@ -6,8 +6,8 @@ import signal
 
 # torch's OpenMP threads spin while they wait; on shared cores that slows in-process training ~25x
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# one torch thread a process, here and in every program a test starts: `make test` runs two workers on two cores, so a
-# second thread only waits on the other worker (a small model's training step then costs a fifth to a half more CPU)
+# one torch thread a process, here and in every program a test starts: `make test` runs three workers on two cores, so
+# a second thread only waits on the other workers (a small model's training step then costs a fifth to a half more CPU)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
