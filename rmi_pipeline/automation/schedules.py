@@ -14,7 +14,7 @@ from dagster import (
     run_status_sensor,
 )
 
-from ..resources.registry import ModelRegistry
+from ..resources.registry import CHAMPION, ModelRegistry
 from .forget import forget_feedback
 from .jobs import health_check, improvement_cycle, ingest_feedback, waiting_to_start
 
@@ -50,8 +50,6 @@ def retention_schedule(settings) -> ScheduleDefinition:
                                "live regression is seen as soon as its feedback lands (one check for a queue of "
                                "ingests: none while another ingest or a check waits to start).")
 def health_after_ingest(context, registry: ModelRegistry):
-    from ..resources.registry import CHAMPION
-
     if registry.version(CHAMPION) is None:  # nothing to check: the first champion's baseline comes after its cycle
         return SkipReason("no champion yet: health_after_cycle checks the first one once a cycle promotes it")
     if waiting := waiting_to_start(context.instance, ingest_feedback, health_check):
