@@ -6,8 +6,9 @@ The workload is fixed, so that runs compare whatever the recipe's tiers or the s
 first, and written with the figures:
 - prompts: the arithmetic recipe's sums and differences (`a+b=`, `a-b=`), evenly over add and sub and over tiers
   1-8 digits (`--tiers`; the recipe's tiers when the 2026-12-01 figures in docs/log.md were measured), seed 0.
-  That recipe padded every prompt to 8 digits, so a batch decoded in 9 steps; today's decodes a batch in one group
-  per operand width (up to 44 steps over tiers 1-8), so its figures compare with those by their ratios only;
+  That recipe padded every prompt to 8 digits, so a batch decoded in 9 steps; today's left-pads a batch's prompts
+  to its widest and decodes them together (9 steps over tiers 1-8; from 2026-12-01 to 2026-12-07 one group per
+  operand width, up to 44 steps), so its figures compare with those by their ratios only;
 - the model: the arithmetic recipe's "tiny" size (`--size`), untrained: decoding costs the same whatever its weights;
 - the gateway: batches of up to 64 prompts gathered for up to 5 ms, one torch thread (RMI_SERVE_MAX_BATCH,
   RMI_SERVE_MAX_WAIT_MS, RMI_SERVE_THREADS as in WORKLOAD, whatever the environment says), every answer greedy, no

@@ -28,6 +28,9 @@ FAST = {
     "RMI_SELF_LABEL_PROBLEMS": "200",
     "RMI_SAMPLE_ROLLOUTS": "4",
     "RMI_PRACTICE_FAILED_PROMPTS": "100",
+    # the reward model's picks are one source among five here; test_task_loop and test_reward_model test it
+    "RMI_REWARD_STEPS": "50",
+    "RMI_REWARD_PROMPTS": "100",
     "MLFLOW_DISABLE_TELEMETRY": "true",
     "RMI_TRAIN_WORKER_IDLE_SECONDS": "120",  # a test's warm training worker goes soon after (and see below)
 }

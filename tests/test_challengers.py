@@ -52,5 +52,6 @@ def test_challengers_train_side_by_side_only_when_there_are_several_and_parallel
     assert cycle_run_config(Settings()) == {}  # several, in turn
     monkeypatch.setenv("RMI_MAX_PARALLEL_TRAINING", "2")
     config = cycle_run_config(Settings(), {"size": "small", "taught": True})
-    assert config["execution"] == {"config": {"multiprocess": {"max_concurrent": 2}}}
+    multiprocess = config["execution"]["config"]["multiprocess"]
+    assert multiprocess["max_concurrent"] == 2 and "forkserver" in multiprocess["start_method"]
     assert config["ops"] == {"candidate_model": {"config": {"size": "small", "taught": True}}}

@@ -20,10 +20,10 @@ def two_home(loop_home, tmp_path_factory):
     env = {**FAST, "RMI_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "RMI_CHALLENGERS": "2",
            "RMI_MAX_PARALLEL_TRAINING": "2", "RMI_CHALLENGER_GRID": '{"learning_rate": [0.003, 0.0003]}',
            "RMI_TRAIN_STEPS": "60", "RMI_PROBE_ITEMS": "50",
-           # how the candidates are chosen and gated is under test, not what they learn: little practice, a small
-           # fresh eval set (the sealed suite, copied, still holds 40 items a slice)
+           # how the candidates are chosen and gated is under test, not what they learn: little practice, no reward
+           # model, a small fresh eval set (the sealed suite, copied, still holds 40 items a slice)
            "RMI_PRACTICE_PROBLEMS": "20", "RMI_SELF_LABEL_PROBLEMS": "20", "RMI_PRACTICE_FAILED_PROMPTS": "20",
-           "RMI_EVAL_REFRESHED_ITEMS_PER_SLICE": "10"}
+           "RMI_EVAL_REFRESHED_ITEMS_PER_SLICE": "10", "RMI_MIX": '{"best_of_n": 0}'}
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():
             mp.setenv(key, value)

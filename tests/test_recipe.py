@@ -110,6 +110,31 @@ def test_decoding_with_cached_keys_gives_the_tokens_of_recomputing_every_step():
                 assert len({tuple(row) for row in cached.tolist()}) >= 4  # sampled: not one answer for all
 
 
+def test_prompts_of_mixed_widths_decode_together_as_each_would_alone():
+    """The gateway's batches mix widths: left-padded to the widest, each row's answer must be the one it gets alone
+    (pad tokens are never keys and places start after them), and a few prompts decode in one pass."""
+    from rmi_pipeline.recipes.arithmetic import recipe
+    from rmi_pipeline.recipes.arithmetic.decoding import decode
+
+    torch.manual_seed(0)
+    model = R.build_model(3e-3, 10)
+    with torch.no_grad():  # weights far from the init's near-uniform output, so answers vary from row to row
+        for p in model.model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    rng = random.Random(0)
+    pairs = [sorted((rng.randrange(10**n), rng.randrange(10**n)), reverse=True) for n in range(1, 17) for _ in range(4)]
+    prompts = [f"{a}{'+-'[i % 2]}{b}=" for i, (a, b) in enumerate(pairs)]
+    alone = []
+    for prompt, (a, b) in zip(prompts, pairs, strict=True):
+        new = decode(model.model, tok.encode([tok.model_prompt(*problems.parse(prompt))]), tok.answer_len(a, b))
+        alone.append(tok.read_answer(new[0].tolist()))
+    assert R.answer(model, prompts) == alone
+    assert len(set(alone)) > 50  # the answers differ: a row reading another's tokens would show
+    assert len(recipe._groups({i: 1 + i % 8 for i in range(8)})) == 1  # a serving batch: one pass, not eight
+    eval_rows = {i: 1 if i < 400 else 200 for i in range(800)}
+    assert len(recipe._groups(eval_rows)) == 2  # 1-digit sums are not padded to 200 digits
+
+
 def test_long_prompts_are_decoded_a_few_rows_at_a_time_with_the_same_answers(monkeypatch):
     """A first forward pass over many long prompts held rows x tokens^2 attention scores at once: 20 GB for 640
     sampled answers to 500-digit sums. The rows decoded together shrink with the prompt's length."""

@@ -3,14 +3,14 @@ inference mode). What follows a pass (recording its answers, handing them out) r
 batch gathers. Each request carries how it wants its answers decoded (`options`): `forward` decodes requests that
 ask alike together, others in passes of their own.
 
-When a batch starts. A pass costs about as much for a few prompts as for many (the arithmetic recipe decodes one
-group per operand width: 8 prompts cost half of 64), so a batch waits for company, and the company that comes is
-mostly the last batch's askers asking again once answered. So the next batch takes whoever queued meanwhile, then
-waits for the last batch's answers to be handed out and for as many requests as it answered to arrive since; it
-stops waiting at a lull in arrivals longer than `max_wait_ms` (or a quarter of a pass, shorter lulls being the
-machine's scheduling), and after as long as the last pass took; a full batch starts at once. Starting as soon as
-the last pass ended instead took only who had queued during it: at 64 clients two halves of them took turns, each
-half paying nearly a whole pass (bench/serve.py).
+When a batch starts. A pass costs about as much for a few prompts as for many (the arithmetic recipe decodes a
+batch's widths together, in the widest's steps: 8 prompts cost 0.6 of 64, bench/widths.py), so a batch waits for
+company, and the company that comes is mostly the last batch's askers asking again once answered. So the next
+batch takes whoever queued meanwhile, then waits for the last batch's answers to be handed out and for as many
+requests as it answered to arrive since; it stops waiting at a lull in arrivals longer than `max_wait_ms` (or a
+quarter of a pass, shorter lulls being the machine's scheduling), and after as long as the last pass took; a full
+batch starts at once. Starting as soon as the last pass ended instead took only who had queued during it: at 64
+clients two halves of them took turns, each half paying nearly a whole pass (bench/serve.py).
 """
 
 from __future__ import annotations

@@ -22,11 +22,12 @@ PREFILL_PAIRS = 2**26
 @torch.no_grad()
 def decode(model: torch.nn.Module, prompts: torch.Tensor, new_tokens: int, *, temperature: float = 0.0,
            top_p: float = 1.0, ban: torch.Tensor | None = None, generator: torch.Generator | None = None,
-           batch_size: int = 2048) -> torch.Tensor:
+           batch_size: int = 2048, pad: torch.Tensor | None = None) -> torch.Tensor:
     """Extend equal-length prompts (B, T) by `new_tokens` tokens; returns only the new tokens. At most
     `batch_size` rows are decoded together, fewer for long prompts (PREFILL_PAIRS).
 
-    `ban` (B, new_tokens) holds a token id to forbid at each step, or -1 for none."""
+    `ban` (B, new_tokens) holds a token id to forbid at each step, or -1 for none. `pad` (B,): how many tokens
+    each prompt is left-padded with (a model that takes a cache only)."""
     takes_cache = "cache" in inspect.signature(model.forward).parameters
     was_training = model.training
     model.eval()
@@ -40,8 +41,11 @@ def decode(model: torch.nn.Module, prompts: torch.Tensor, new_tokens: int, *, te
         for step in range(new_tokens):
             if cache is None:
                 logits = model(idx)[:, -1].float()
+            elif step == 0:
+                padded = {} if pad is None else {"pad": pad[start:start + batch_size].to(device)}
+                logits = model(idx, cache=cache, **padded)[:, -1].float()
             else:
-                logits = model(idx if step == 0 else idx[:, -1:], cache=cache)[:, -1].float()
+                logits = model(idx[:, -1:], cache=cache)[:, -1].float()
             if banned is not None:
                 rows = (banned[:, step] >= 0).nonzero().squeeze(1)
                 logits[rows, banned[rows, step]] = float("-inf")

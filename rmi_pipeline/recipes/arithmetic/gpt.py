@@ -31,12 +31,15 @@ class GPTConfig:
     segments: int = 5  # a, separator, b, answer token, answer
 
 
-def layout(idx: torch.Tensor, separators: torch.Tensor, answer_token: int, state: tuple | None = None):
-    """(places, segments, state) of tokens `idx` (B, T) that follow the tokens `state` describes (None: none)."""
+def layout(idx: torch.Tensor, separators: torch.Tensor, answer_token: int, state: tuple | None = None,
+           pad: torch.Tensor | None = None):
+    """(places, segments, state) of tokens `idx` (B, T) that follow the tokens `state` describes (None: none).
+    `pad` (B,): how many tokens each row begins with that are no part of it (left padding): its places start after
+    them."""
     B, T = idx.shape
     if state is None:
         zeros = torch.zeros(B, dtype=torch.long, device=idx.device)
-        state = (zeros, zeros - 1, zeros.bool(), 0)
+        state = (zeros, zeros - 1 if pad is None else pad - 1, zeros.bool(), 0)
     count0, last0, answered0, t0 = state
     is_answer = idx == answer_token
     boundary = torch.isin(idx, separators) | is_answer
@@ -129,16 +132,18 @@ class GPT(nn.Module):
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, mean=0.0, std=0.02)
 
-    def forward(self, idx: torch.Tensor, cache: list | None = None) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, cache: list | None = None, pad: torch.Tensor | None = None) -> torch.Tensor:
         """Logits for tokens `idx`. `cache` (decoding): a list, empty at first, that keeps each block's keys and
-        values and where the tokens so far stand, so the next call passes only the new tokens."""
-        return self.head(self.hidden(idx, cache))
+        values and where the tokens so far stand, so the next call passes only the new tokens. `pad` (B,), on the
+        first call only: how many tokens each row is left-padded with, never seen as keys, so rows of different
+        lengths decode together as if each were alone."""
+        return self.head(self.hidden(idx, cache, pad))
 
-    def hidden(self, idx: torch.Tensor, cache: list | None = None) -> torch.Tensor:
+    def hidden(self, idx: torch.Tensor, cache: list | None = None, pad: torch.Tensor | None = None) -> torch.Tensor:
         """The last layer's hidden states, normed: what the head reads (and a reward model's head)."""
-        state = cache[-1] if cache else {"start": 0, "layout": None}
+        state = cache[-1] if cache else {"start": 0, "layout": None, "pad": pad}
         start, T = state["start"], idx.shape[1]
-        places, segments, where = layout(idx, self.separators, self.cfg.answer_token, state["layout"])
+        places, segments, where = layout(idx, self.separators, self.cfg.answer_token, state["layout"], state["pad"])
         # a sampled answer may write a separator: its later tokens count as segments past the last
         x = self.tok(idx) + self.seg(segments.clamp(max=self.cfg.segments - 1))
         keys = torch.cat([state["places"], places], 1) if start else places
@@ -146,12 +151,15 @@ class GPT(nn.Module):
         k = self.cfg.relative
         scores = (-self.slopes * distance.abs()[:, None].to(x.dtype)
                   + self.relative[:, distance.clamp(-k, k) + k].transpose(0, 1))
-        causal = torch.ones(T, start + T, dtype=torch.bool, device=idx.device).tril(start)
-        mask = scores.masked_fill(~causal, float("-inf"))
+        seen = torch.ones(T, start + T, dtype=torch.bool, device=idx.device).tril(start)
+        if state["pad"] is not None:  # a padding token still sees itself: a row with no key at all would be NaN
+            key, query = torch.arange(start + T, device=idx.device), torch.arange(T, device=idx.device)[:, None]
+            seen = ((seen & (key >= state["pad"][:, None, None])) | (key == start + query))[:, None]
+        mask = scores.masked_fill(~seen, float("-inf"))
         if cache is not None:
             if not cache:
                 cache += [[] for _ in self.blocks] + [None]
-            cache[-1] = {"start": start + T, "layout": where, "places": keys}
+            cache[-1] = {"start": start + T, "layout": where, "places": keys, "pad": state["pad"]}
         for i, block in enumerate(self.blocks):
             x = block(x, mask, None if cache is None else cache[i])
         return self.ln_f(x)

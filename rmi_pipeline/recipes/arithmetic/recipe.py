@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from . import problems, tokens
 
 SEED_TIERS = (1, 2, 3)
 SEED_PER_SKILL = 2000
+STEP_COST = 1000  # what a decoding step's fixed cost is worth in tokens attended (bench/widths.py)
 PLACES = {"separators": tokens.SEPARATORS, "answer_token": tokens.ANSWER_TOKEN}
 
 
@@ -150,8 +152,8 @@ class ArithmeticRecipe(Recipe):
         return first, last
 
     def _complete(self, model, prompts, bans: list[tuple[int, int]] | None = None, **decoding):
-        """Answers decoded in groups of one width (their prompts are as long and as many answer digits follow);
-        `bans`: a (step, token) each prompt may not write there."""
+        """Answers decoded together, left-padded, in groups of near widths (`_groups`); `bans`: a (step, token)
+        each prompt may not write there."""
         return [text for text, _, _ in self._decoded(model, prompts, bans, **decoding)]
 
     def _decoded(self, model, prompts, bans: list[tuple[int, int]] | None = None, limit: int | None = None,
@@ -162,23 +164,25 @@ class ArithmeticRecipe(Recipe):
 
         net = getattr(model, "model", model)  # a LitGPT or its bare GPT
         parsed = [problems.parse(p) for p in prompts]
-        groups: dict[int, list[int]] = {}
-        for i, p in enumerate(parsed):
-            if p is not None:
-                groups.setdefault(tokens.width(p[0], p[2]), []).append(i)
+        widths = {i: tokens.width(p[0], p[2]) for i, p in enumerate(parsed) if p is not None}
         out = [("", 0, True)] * len(prompts)
-        for n, rows in sorted(groups.items()):
+        padded = "pad" in inspect.signature(net.forward).parameters  # else one width a pass
+        for rows in _groups(widths) if padded else _by_width(widths):
+            n = widths[rows[-1]]  # the widest: every row's answer begins where its answer token ends
             steps = n + 1 if limit is None else min(n + 1, limit)
-            ids = tokens.encode([tokens.model_prompt(*parsed[i]) for i in rows])
+            texts = [tokens.model_prompt(*parsed[i]) for i in rows]
+            ids = tokens.encode([t.rjust(2 * n + 2, tokens.PAD) for t in texts])
+            pad = torch.tensor([2 * n + 2 - len(t) for t in texts]) if padded else None
             ban = None
             if bans is not None:
                 ban = torch.full((len(rows), n + 1), -1, dtype=torch.long)
                 for j, i in enumerate(rows):
                     ban[j, bans[i][0]] = bans[i][1]
                 ban = ban[:, :steps]
-            new = decode(net, ids, steps, ban=ban, **decoding)
+            new = decode(net, ids, steps, ban=ban, pad=pad, **decoding)
             for i, row in zip(rows, new.tolist(), strict=True):
-                out[i] = (tokens.read_answer(row), steps, steps == n + 1)
+                own = widths[i] + 1 if limit is None else min(widths[i] + 1, limit)
+                out[i] = (tokens.read_answer(row[:own]), own, own == widths[i] + 1)
         return out
 
     def is_valid_prompt(self, prompt):
@@ -263,6 +267,35 @@ class ArithmeticRecipe(Recipe):
 
 
 PLACE_NAMES = ["ones", "tens", "hundreds", "thousands"]
+
+
+def _groups(widths: dict[int, int]) -> list[list[int]]:
+    """Rows (keys of `widths`, a row's operand width) to decode together, narrowest first: the next width's rows
+    join a group when decoding them in it, padded to its widest, costs less than a pass of their own (`_cost`). A
+    few mixed prompts decode in one pass of the widest's steps; a large eval is not padded to its longest."""
+    groups: list[list[int]] = []
+    for rows in _by_width(widths):
+        n = widths[rows[0]]
+        if groups and (_cost(len(groups[-1]) + len(rows), n)
+                       <= _cost(len(groups[-1]), widths[groups[-1][-1]]) + _cost(len(rows), n)):
+            groups[-1] += rows
+        else:
+            groups.append(rows)
+    return groups
+
+
+def _by_width(widths: dict[int, int]) -> list[list[int]]:
+    groups: dict[int, list[int]] = {}
+    for i in sorted(widths, key=widths.__getitem__):
+        groups.setdefault(widths[i], []).append(i)
+    return list(groups.values())
+
+
+def _cost(rows: int, width: int) -> int:
+    """Work of decoding `rows` prompts of `width`, in tokens a step attends over (prompt 2n + 2, answer n + 1), a
+    step's fixed cost counted as STEP_COST tokens."""
+    steps = width + 1
+    return steps * (STEP_COST + rows * (2 * width + 2 + steps))
 
 
 def _place(i: int) -> str:
