@@ -16,14 +16,16 @@ import time
 import torch
 
 
-def recomputed(net, prompts, new_tokens, temperature, generator, batch_size=2048):
+def recomputed(net, prompts, new_tokens, temperature, seeds, batch_size=2048):
     """The baseline: the whole prefix through the model for every new token."""
+    from rmi_pipeline.recipes.arithmetic.decoding import drawn, uniform
+
     out = []
     for start in range(0, len(prompts), batch_size):
         idx = prompts[start:start + batch_size]
-        for _ in range(new_tokens):
+        for step in range(new_tokens):
             logits = net(idx)[:, -1].float()
-            nxt = (torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator)
+            nxt = (drawn(torch.softmax(logits / temperature, -1), uniform(seeds[start:start + batch_size], step))
                    if temperature else logits.argmax(-1, keepdim=True))
             idx = torch.cat([idx, nxt], dim=1)
         out.append(idx[:, prompts.shape[1]:])
@@ -41,7 +43,7 @@ def concatenated(cache, k, v):
 def main() -> None:
     from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe, gpt
     from rmi_pipeline.recipes.arithmetic import tokens as tok
-    from rmi_pipeline.recipes.arithmetic.decoding import decode
+    from rmi_pipeline.recipes.arithmetic.decoding import decode, row_seeds
     from rmi_pipeline.recipes.arithmetic.problems import parse
 
     parser = argparse.ArgumentParser()
@@ -66,7 +68,7 @@ def main() -> None:
                 gpt._kept = concatenated if name == "concatenated" else kept
                 started = time.perf_counter()
                 answers[name] = run(net, prompts, args.tier + 1, temperature=temperature,
-                                    generator=torch.Generator().manual_seed(1))
+                                    seeds=row_seeds(1, len(prompts)))
                 seconds[name] = time.perf_counter() - started
         baseline = next(iter(seconds))
         same = all(torch.equal(answers[baseline], a) for a in answers.values())

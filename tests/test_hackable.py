@@ -15,7 +15,7 @@ from rmi_pipeline.world.catalogue.questions import ASSERTS, facts, is_right
 from rmi_pipeline.world.judge import LONG_BY_WORDS
 
 # smaller than the bench's: fewer rows and steps; an arithmetic champion that already gets some hard sums right
-SMALL = hackable.Budget(arithmetic_champion_steps=1200, arithmetic_steps=300, arithmetic_rows=4000,
+SMALL = hackable.Budget(arithmetic_champion_steps=1200, arithmetic_steps=400, arithmetic_rows=4000,
                         catalogue_steps=150, catalogue_rows=1000)
 SEED = 1
 

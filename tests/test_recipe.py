@@ -8,6 +8,7 @@ import torch
 from rmi_pipeline.recipes.arithmetic import ArithmeticRecipe, problems
 from rmi_pipeline.recipes.arithmetic import tokens as tok
 from rmi_pipeline.recipes.base import load_recipe
+from rmi_pipeline.recipes.completion import Decoding
 
 R = ArithmeticRecipe()
 
@@ -86,7 +87,7 @@ def test_greedy_answers_come_back_in_reading_order():
 
 
 def test_decoding_with_cached_keys_gives_the_tokens_of_recomputing_every_step():
-    from rmi_pipeline.recipes.arithmetic.decoding import decode
+    from rmi_pipeline.recipes.arithmetic.decoding import decode, drawn, row_seeds, uniform
 
     torch.manual_seed(0)
     net = R.build_model(3e-3, 10).model.eval()
@@ -97,12 +98,12 @@ def test_decoding_with_cached_keys_gives_the_tokens_of_recomputing_every_step():
         prompts = tok.encode([tok.model_prompt(*problem)] * 20)
         digits = tok.answer_len(problem[0], problem[2])
         for temperature in (0.0, 1.0):
-            cached = decode(net, prompts, digits, temperature=temperature, generator=torch.Generator().manual_seed(1))
-            generator, idx = torch.Generator().manual_seed(1), prompts
+            seeds, idx = row_seeds(1, len(prompts)), prompts
+            cached = decode(net, prompts, digits, temperature=temperature, seeds=seeds)
             with torch.no_grad():
-                for _ in range(digits):
+                for step in range(digits):
                     logits = net(idx)[:, -1]
-                    nxt = (torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator)
+                    nxt = (drawn(torch.softmax(logits / temperature, -1), uniform(seeds, step))
                            if temperature else logits.argmax(-1, keepdim=True))
                     idx = torch.cat([idx, nxt], dim=1)
             assert torch.equal(cached, idx[:, prompts.shape[1]:])
@@ -128,11 +129,62 @@ def test_prompts_of_mixed_widths_decode_together_as_each_would_alone():
     for prompt, (a, b) in zip(prompts, pairs, strict=True):
         new = decode(model.model, tok.encode([tok.model_prompt(*problems.parse(prompt))]), tok.answer_len(a, b))
         alone.append(tok.read_answer(new[0].tolist()))
-    assert R.answer(model, prompts) == alone
+    assert [c.text for c in R.complete(model, prompts, Decoding())] == alone  # a served batch, in groups
+    assert R.answer(model, prompts) == alone  # bulk answers, in pieces
     assert len(set(alone)) > 50  # the answers differ: a row reading another's tokens would show
     assert len(recipe._groups({i: 1 + i % 8 for i in range(8)})) == 1  # a serving batch: one pass, not eight
     eval_rows = {i: 1 if i < 400 else 200 for i in range(800)}
     assert len(recipe._groups(eval_rows)) == 2  # 1-digit sums are not padded to 200 digits
+
+
+def test_bulk_answers_spread_over_the_cores_are_those_of_one_process(monkeypatch):
+    """An eval's answers and practice's samples are decoded by a forked process per core, each taking its share of
+    every group's rows: they must be the answers of one process (a sampled row draws from its own seed)."""
+    from rmi_pipeline.ml import cores
+
+    torch.manual_seed(0)
+    model = R.build_model(3e-3, 10)
+    with torch.no_grad():
+        for p in model.model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    prompts = [t.prompt for t in R.sample_tasks(random.Random(1), 600, list(R.skills), list(range(1, 41)))]
+    forks = []
+    monkeypatch.setattr(cores, "_fork", lambda work, f=cores._fork: forks.append(f(work)) or forks[-1])
+    monkeypatch.setattr(cores.os, "sched_getaffinity", lambda pid: {0, 1, 2})  # three cores, whatever the machine
+    monkeypatch.setattr(cores, "_limit", None)  # as a process that does not serve (a gateway in this one limits it)
+    spread = R.answer(model, prompts), R.sample(model, prompts[:200], 3, 1.0, seed=5)
+    assert len(forks) == 4  # this process and two forked, for the answers and for the samples
+    previous = cores.limit_processes(1)
+    try:
+        alone = R.answer(model, prompts), R.sample(model, prompts[:200], 3, 1.0, seed=5)
+    finally:
+        cores.limit_processes(previous)
+    assert len(forks) == 4 and spread == alone
+    assert len(set(alone[0])) > 200 and len({a for group in alone[1] for a in group}) > 200  # rows differ
+    assert alone[0] == [c.text for c in R.complete(model, prompts, Decoding())]  # as served
+
+
+def test_a_row_samples_by_its_own_seed_as_its_probabilities_say():
+    """Each sampled row draws from splitmix64 started at its own seed: the same draws in any batch, tokens as often
+    as their probabilities, a token of probability 0 never."""
+    from rmi_pipeline.recipes.arithmetic.decoding import drawn, row_seeds, uniform
+
+    def splitmix(state: int, step: int) -> int:  # the reference, on Python's unbounded ints
+        z = (state + (step + 1) * 0x9E3779B97F4A7C15) % 2**64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+        return z ^ (z >> 31)
+
+    seeds = row_seeds(7, 20000)
+    assert len(set(seeds.tolist())) == 20000 and torch.equal(row_seeds(7, 5), seeds[:5])
+    for step in (0, 3, 200):
+        u = uniform(seeds, step)
+        assert [int(x * 2**53) for x in u[:50].tolist()] == [splitmix(s % 2**64, step) >> 11
+                                                             for s in seeds[:50].tolist()]
+        assert torch.equal(uniform(seeds[100:300], step), u[100:300])  # a row's draw is its own
+    probs = torch.tensor([[0.5, 0.3, 0.0, 0.2]]).expand(20000, 4)
+    counts = torch.bincount(drawn(probs, uniform(seeds, 0)).squeeze(1), minlength=4).double() / 20000
+    assert counts[2] == 0 and torch.allclose(counts, probs[0].double(), atol=0.015)
 
 
 def test_long_prompts_are_decoded_a_few_rows_at_a_time_with_the_same_answers(monkeypatch):

@@ -54,7 +54,9 @@ def answers_per_second(recipe, models: list, prompts: list[str], threads: int = 
     timings would skew their ratio)."""
     import torch
 
-    before = torch.get_num_threads()
+    from .cores import limit_processes
+
+    before, processes = torch.get_num_threads(), limit_processes(1)
     torch.set_num_threads(threads)
     best = [float("inf")] * len(models)
     try:
@@ -67,6 +69,7 @@ def answers_per_second(recipe, models: list, prompts: list[str], threads: int = 
                 best[i] = min(best[i], time.perf_counter() - started)
     finally:
         torch.set_num_threads(before)
+        limit_processes(processes)
     return [len(prompts) / max(seconds, 1e-9) for seconds in best]
 
 

@@ -90,13 +90,16 @@ class Gateway:
         self._flusher: asyncio.Task | None = None
 
     def _recipe(self, settings: Settings) -> Recipe:
-        """The recipe that reads and decodes, and the forward pass's threads."""
+        """The recipe that reads and decodes, and the forward pass's threads; a served process never forks to
+        decode (ml/cores.py), a shadow's answers included."""
+        from ..ml.cores import limit_processes
         from ..recipes.base import load_recipe
 
         recipe = load_recipe(settings.recipe)
         import torch
 
         torch.set_num_threads(self.config.threads)
+        limit_processes(1)
         return recipe
 
     def _follow(self, registry, alias: str, **kwargs):

@@ -15,6 +15,7 @@ from . import problems, tokens
 SEED_TIERS = (1, 2, 3)
 SEED_PER_SKILL = 2000
 STEP_COST = 1000  # what a decoding step's fixed cost is worth in tokens attended (bench/widths.py)
+SPREAD_COST = 200_000  # bulk work (`_cost`) worth a process per core: about 60 ms of one core's decoding
 PLACES = {"separators": tokens.SEPARATORS, "answer_token": tokens.ANSWER_TOKEN}
 
 
@@ -72,17 +73,20 @@ class ArithmeticRecipe(Recipe):
         return self._complete(model, prompts)
 
     def sample(self, model, prompts, k, temperature, seed):
-        generator = torch.Generator().manual_seed(seed)
+        from .decoding import row_seeds
+
         flat = self._complete(model, [p for p in prompts for _ in range(k)], temperature=temperature,
-                              generator=generator)
+                              seeds=row_seeds(seed, k * len(prompts)))
         return [flat[i * k:(i + 1) * k] for i in range(len(prompts))]
 
     def complete(self, model, prompts, decoding):
         # max_tokens cuts the decoding itself; the model writes the lowest digit first, so a cut answer holds the
         # lowest digits of the answer it was writing. A stop text cuts the answer as the user reads it.
+        from .decoding import row_seeds
+
         sampled = {} if decoding.greedy else {
             "temperature": decoding.temperature, "top_p": decoding.top_p,
-            "generator": torch.Generator().manual_seed(decoding.seed)}
+            "seeds": row_seeds(decoding.seed, len(prompts))}
         out = []
         for text, decoded, whole in self._decoded(model, prompts, limit=decoding.max_tokens, **sampled):
             text, at = stopped(text, decoding.stop)
@@ -152,37 +156,66 @@ class ArithmeticRecipe(Recipe):
         return first, last
 
     def _complete(self, model, prompts, bans: list[tuple[int, int]] | None = None, **decoding):
-        """Answers decoded together, left-padded, in groups of near widths (`_groups`); `bans`: a (step, token)
-        each prompt may not write there."""
-        return [text for text, _, _ in self._decoded(model, prompts, bans, **decoding)]
+        """Bulk answers (an eval, practice), spread over the CPU's cores; `bans`: a (step, token) each prompt may not
+        write there."""
+        return [text for text, _, _ in self._decoded(model, prompts, bans, spread=True, **decoding)]
 
     def _decoded(self, model, prompts, bans: list[tuple[int, int]] | None = None, limit: int | None = None,
-                 **decoding) -> list[tuple[str, int, bool]]:
+                 spread: bool = False, **decoding) -> list[tuple[str, int, bool]]:
         """Per prompt: its answer, the tokens decoded for it (none for a prompt that is no problem) and whether it
-        is whole (`limit`, a number of tokens, may cut it short)."""
-        from .decoding import decode
+        is whole (`limit`, a number of tokens, may cut it short). Prompts of near widths decode together,
+        left-padded (`_groups`); `spread` work worth it (SPREAD_COST) is shared among a process per core, each
+        taking its share of every group's rows (an answer is the same in any batch: sampled ones draw from their
+        row's seed, `decoding` `seeds`, one per prompt)."""
+        from ...ml.cores import cores, in_processes
 
         net = getattr(model, "model", model)  # a LitGPT or its bare GPT
         parsed = [problems.parse(p) for p in prompts]
         widths = {i: tokens.width(p[0], p[2]) for i, p in enumerate(parsed) if p is not None}
         out = [("", 0, True)] * len(prompts)
         padded = "pad" in inspect.signature(net.forward).parameters  # else one width a pass
-        for rows in _groups(widths) if padded else _by_width(widths):
-            n = widths[rows[-1]]  # the widest: every row's answer begins where its answer token ends
-            steps = n + 1 if limit is None else min(n + 1, limit)
-            texts = [tokens.model_prompt(*parsed[i]) for i in rows]
-            ids = tokens.encode([t.rjust(2 * n + 2, tokens.PAD) for t in texts])
-            pad = torch.tensor([2 * n + 2 - len(t) for t in texts]) if padded else None
-            ban = None
-            if bans is not None:
-                ban = torch.full((len(rows), n + 1), -1, dtype=torch.long)
-                for j, i in enumerate(rows):
-                    ban[j, bans[i][0]] = bans[i][1]
-                ban = ban[:, :steps]
-            new = decode(net, ids, steps, ban=ban, pad=pad, **decoding)
-            for i, row in zip(rows, new.tolist(), strict=True):
-                own = widths[i] + 1 if limit is None else min(widths[i] + 1, limit)
-                out[i] = (tokens.read_answer(row[:own]), own, own == widths[i] + 1)
+        groups = _groups(widths) if padded else _by_width(widths)
+        seeds = decoding.pop("seeds", None)
+
+        def run(share: list[list[int]]) -> list[list[tuple[str, int, bool]]]:
+            return [self._decode_rows(net, [parsed[i] for i in rows], [widths[i] for i in rows],
+                                      None if bans is None else [bans[i] for i in rows], limit, padded,
+                                      **decoding, **({} if seeds is None else {"seeds": seeds[rows]}))
+                    for rows in share]
+        n = cores() if spread and next(net.parameters()).device.type == "cpu" else 1
+        if n > 1 and sum(_cost(len(rows), widths[rows[-1]]) for rows in groups) >= SPREAD_COST:
+            shares = [[rows[k::n] for rows in groups if rows[k::n]] for k in range(n)]
+            done = [answers for share in in_processes(run, shares) for answers in share]
+            groups = [rows for share in shares for rows in share]
+        else:
+            done = run(groups)
+        for rows, answers in zip(groups, done, strict=True):
+            for i, (text, decoded, whole) in zip(rows, answers, strict=True):
+                out[i] = (text, decoded, whole)
+        return out
+
+    @staticmethod
+    def _decode_rows(net, parsed: list, widths: list[int], bans: list | None, limit: int | None, padded: bool,
+                     **decoding) -> list[tuple[str, int, bool]]:
+        """One pass over rows of near widths, left-padded to the widest (narrowest first)."""
+        from .decoding import decode
+
+        n = widths[-1]  # the widest: every row's answer begins where its answer token ends
+        steps = n + 1 if limit is None else min(n + 1, limit)
+        texts = [tokens.model_prompt(*p) for p in parsed]
+        ids = tokens.encode([t.rjust(2 * n + 2, tokens.PAD) for t in texts])
+        pad = torch.tensor([2 * n + 2 - len(t) for t in texts]) if padded else None
+        ban = None
+        if bans is not None:
+            ban = torch.full((len(parsed), n + 1), -1, dtype=torch.long)
+            for j, (step, token) in enumerate(bans):
+                ban[j, step] = token
+            ban = ban[:, :steps]
+        new = decode(net, ids, steps, ban=ban, pad=pad, **decoding)
+        out = []
+        for width, row in zip(widths, new.tolist(), strict=True):
+            own = width + 1 if limit is None else min(width + 1, limit)
+            out.append((tokens.read_answer(row[:own]), own, own == width + 1))
         return out
 
     def is_valid_prompt(self, prompt):
