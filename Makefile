@@ -6,8 +6,6 @@ STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 HF_STAMP := $(VENV)/.installed-hf
 export RMI_HOME ?= $(CURDIR)/.rmi
-# torch's waiting threads sleep instead of spinning, so shared cores stay usable
-export OMP_WAIT_POLICY ?= PASSIVE
 # Python writes the bytecode of what it imports (the install compiles none ahead, below): a shell that sets
 # PYTHONDONTWRITEBYTECODE makes every process compile dagster, torch, lightning and mlflow from source again, 18-21 s
 # a process here against 7.5-7.9 s from bytecode, and the tests and the loop start many processes

@@ -23,7 +23,6 @@ Every help page shows the defaults; settings come from RMI_* environment variabl
 
 from __future__ import annotations
 
-import os
 import sys
 from enum import StrEnum
 from typing import Annotated
@@ -146,8 +145,6 @@ feedback_app.command(name="import", epilog=SETTINGS)(feedback.import_feedback)  
 
 def main(argv: list[str] | None = None) -> int:
     """The console script: an exit code, and a one-line error instead of a traceback for what a user can fix."""
-    # before torch loads: its waiting OpenMP threads sleep instead of spinning, so shared cores stay usable
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = sys.argv[1:] if argv is None else argv
     known = {c.__name__.replace("_", "-") for c in COMMANDS + FEEDBACK} | {"feedback", "import"}
     name = " ".join(["rmi", *(a for a in args[:2] if a in known)])  # "rmi feedback ingest": what said the error

@@ -9,7 +9,6 @@ launched, what failed and every warning stay.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -82,5 +81,4 @@ def _daemon(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     _daemon(sys.argv[1:])

@@ -307,9 +307,6 @@ def main() -> int:
     if not PipesEnvVarParamsLoader().is_dagster_pipes_process():
         print("the training program runs under Dagster Pipes: materialize candidate_model instead", file=sys.stderr)
         return 2
-    # torch's OpenMP threads spin while they wait; on CPUs shared with other jobs a 2-thread fit then ran 25x
-    # slower than with waiting threads that sleep (measured: 200 steps in 248-300 s against 9.9 s)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     ctrl_c_reaches_the_main_thread()
     if not is_global_zero():
         train(read_extras())

@@ -19,7 +19,7 @@ from pathlib import Path
 FOLDER = "RMI_TRAINING_WORKER_DIR"  # set by the launcher: RMI_HOME/training_worker (pid, lock and log files)
 IDLE = "RMI_TRAIN_WORKER_IDLE_SECONDS"  # set by the launcher from the settings
 # environment read when modules load (threads, devices, paths): a worker serves only clients that agree on these
-SHAPING = ("OMP_", "MKL_", "OPENBLAS_", "CUDA_", "PYTORCH_", "TORCH", "NCCL_", "PYTHON", "LD_", "HF_",
+SHAPING = ("OMP_", "GOMP_", "MKL_", "OPENBLAS_", "CUDA_", "PYTORCH_", "TORCH", "NCCL_", "PYTHON", "LD_", "HF_",
            "TRANSFORMERS_", "POLARS_", "ARROW_", "RMI_RECIPE", "PATH", "VIRTUAL_ENV", FOLDER)
 SET_BY_IMPORTS = ("TORCHINDUCTOR_CACHE_DIR", "PYTORCH_NVML_BASED_CUDA_CHECK")  # torch and Lightning set these
 CODE = Path(__file__).parent.parent  # the rmi_pipeline package: a worker runs the code it imported

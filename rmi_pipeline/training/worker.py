@@ -43,7 +43,6 @@ STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # what Dagster sends a run's tra
 
 def serve(path: str) -> int:
     """Listen at `path` and fork a training program per client until idle, stopped, or the folder is gone."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when torch loads its OpenMP: as the program
     for name in PRELOAD + ((os.environ.get("RMI_RECIPE", "").partition(":")[0],) if os.environ.get("RMI_RECIPE")
                            else ()):
         importlib.import_module(name)
