@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `rmi` and the tests: spinning threads stall shared cores
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as its logged runs were measured (and the tests run)
 
 VOLUMES = (10_000, 100_000, 1_000_000, 10_000_000)  # and 100M on request (--volumes)
 BATCH = 1_000_000
