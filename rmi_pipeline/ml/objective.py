@@ -26,8 +26,8 @@ NEGATIVE_LOSS_CAP = 5.0  # an already unlikely sampled answer stops pulling
 
 
 def trimmed(batch) -> list:
-    """The batch without its trailing columns of padding: rows are right-padded to the longest row of the whole
-    dataset (a hinted prompt can be three times a plain one), a batch needs only its own longest."""
+    """The batch without its trailing columns of padding, up to its longest answer end: fit's batches come cut so
+    already (ml/rows.py), a 2-D pair's rows are right-padded to its widest row."""
     width = int(batch[1].any(0).nonzero().max()) + 1 if batch[1].any() else batch[1].shape[1]
     return [batch[0][:, :width], batch[1][:, :width], *batch[2:]]
 

@@ -1,4 +1,4 @@
-"""Fit a LightningModule on weighted (tokens, loss_mask) rows, bounded by steps and by wall time.
+"""Fit a LightningModule on weighted (tokens, loss_mask) rows (ml/rows.py), bounded by steps and by wall time.
 
 Rows are drawn with replacement by weight, so a dataset can say "half of every batch from new
 feedback" without copying rows. The time bound keeps a cycle short when the CPUs are shared.
@@ -30,7 +30,9 @@ from datetime import timedelta
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, TensorDataset, WeightedRandomSampler
+from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
+
+from .rows import Rows, answer_ends
 
 
 @dataclass
@@ -84,22 +86,38 @@ class _Progress(L.Callback):
         self.tokens = round(float(trainer.strategy.reduce(local, reduce_op="sum")))
 
 
-def answer_ends(loss_mask: torch.Tensor) -> torch.Tensor:
-    """Each row's length up to its last answer token, a million rows at a time: a float copy of a 10M-row mask
-    is a gigabyte."""
-    width = loss_mask.shape[1]
-    return torch.cat([width - part.flip(1).to(torch.uint8).argmax(1) for part in loss_mask.split(1 << 20)])
-
-
 POOL = 8  # batches drawn at once and grouped by row length
 BUCKET_TOKENS = 32  # rows whose lengths differ by less share a bucket (arithmetic's user questions, 1-9 digits: one)
 ROW_TOKENS = 2 * BUCKET_TOKENS  # a step holds at most batch_size rows of this length: longer rows, fewer a step
 
 
+class _Batches(Dataset):
+    """A batch at a time (the DataLoader's `__getitems__`): the rows' tokens and loss mask cut to the batch's longest
+    row, then each per-row column (`columns`: (values or None: all `constant`, dtype, constant)) cast to its batch
+    dtype: a column is kept in the smallest dtype that holds it (at 77M rows an int64 one is 0.6 GB)."""
+
+    def __init__(self, rows: Rows, columns: list[tuple[torch.Tensor | None, torch.dtype, float]]):
+        if any(values is not None and len(values) != len(rows) for values, _, _ in columns):
+            raise ValueError("every per-row column needs one value per row")
+        self.rows, self.columns = rows, columns
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitems__(self, at: list[int]) -> list[torch.Tensor]:
+        at = torch.tensor(at, dtype=torch.long)
+        return [*self.rows.batch(at), *(torch.full((len(at),), constant, dtype=dtype) if values is None
+                                        else values[at].to(dtype) for values, dtype, constant in self.columns)]
+
+
+def _whole(batch: list[torch.Tensor]) -> list[torch.Tensor]:
+    return batch  # _Batches made it whole
+
+
 class _WeightedRows(L.LightningDataModule):
     """Each process draws its own share of every batch, with replacement by weight, seeded by (seed, rank)."""
 
-    def __init__(self, rows: TensorDataset, weights: torch.Tensor, lengths: torch.Tensor, steps: int,
+    def __init__(self, rows: _Batches, weights: torch.Tensor, lengths: torch.Tensor, steps: int,
                  batch_size: int, seed: int):
         super().__init__()
         self.rows, self.weights, self.lengths = rows, weights, lengths
@@ -111,7 +129,7 @@ class _WeightedRows(L.LightningDataModule):
             raise ValueError(f"batch size {self.batch_size} does not split evenly over {world} processes")
         share = self.batch_size // world
         return DataLoader(self.rows, batch_sampler=_LengthBatches(self.weights, self.lengths, self.steps, share,
-                                                                  self.seed, rank))
+                                                                  self.seed, rank), collate_fn=_whole)
 
 
 class _LengthBatches(torch.utils.data.Sampler):
@@ -169,8 +187,8 @@ def rank_sampler(weights: torch.Tensor, rows: int, seed: int, rank: int):
 
 def fit(
     module: L.LightningModule,
-    tokens: torch.Tensor,
-    loss_mask: torch.Tensor,
+    tokens: Rows | torch.Tensor,
+    loss_mask: torch.Tensor | None = None,
     weights: torch.Tensor | None = None,
     *,
     max_steps: int,
@@ -187,26 +205,26 @@ def fit(
     dpo_rows: torch.Tensor | None = None,
     callbacks: list | None = None,
 ) -> FitResult:
-    """`scales` multiply each row's loss (RL advantages); `sources` (row source ids) get their loss followed;
-    `teacher_rows` index the module's `teacher` distributions, `kto_rows` its `kto` reference, `dpo_rows` its `dpo`
-    reference (-1: none; ml/objective.py); `callbacks`: more Lightning callbacks (a bench's evaluations)."""
-    if len(tokens) == 0:
+    """`tokens`: the rows (ml/rows.py), or a 2-D tokens tensor and its `loss_mask` (recipe.encode's pair); `scales`
+    multiply each row's loss (RL advantages); `sources` (row source ids) get their loss followed; `teacher_rows` index
+    the module's `teacher` distributions, `kto_rows` its `kto` reference, `dpo_rows` its `dpo` reference (-1: none;
+    ml/objective.py); `callbacks`: more Lightning callbacks (a bench's evaluations)."""
+    rows = tokens if isinstance(tokens, Rows) else Rows.of(tokens, loss_mask)
+    if len(rows) == 0:
         raise ValueError("cannot train on an empty dataset")
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", module="lightning")
     L.seed_everything(seed, workers=True, verbose=False)
-    weights = torch.ones(len(tokens)) if weights is None else weights.double()
-    columns = [tokens, loss_mask]
+    weights = torch.ones(len(rows)) if weights is None else weights.double()
+    columns = []  # after tokens and mask: (values, batch dtype, constant where not given)
     indexed = [teacher_rows, kto_rows, dpo_rows]  # columns 4 on: a row's index into the module's references
     if scales is not None or sources is not None or any(i is not None for i in indexed):
-        columns += [torch.ones(len(tokens)) if scales is None else scales.float(),
-                    torch.zeros(len(tokens), dtype=torch.long) if sources is None else sources.long()]
+        columns += [(scales, torch.float32, 1.0), (sources, torch.long, 0)]
     while indexed and indexed[-1] is None:  # a column only up to the last one given
         indexed.pop()
-    columns += [torch.full((len(tokens),), -1) if rows is None else rows.long() for rows in indexed]
-    lengths = answer_ends(loss_mask)
-    rows = _WeightedRows(TensorDataset(*columns), weights, lengths, max_steps, batch_size, seed)
-    progress = _Progress(max_steps, report, int(sources.max()) + 1 if sources is not None else int(len(columns) > 2))
+    columns += [(index, torch.long, -1) for index in indexed]
+    data = _WeightedRows(_Batches(rows, columns), weights, rows.lengths, max_steps, batch_size, seed)
+    progress = _Progress(max_steps, report, int(sources.max()) + 1 if sources is not None else int(bool(columns)))
     trainer = L.Trainer(
         max_steps=max_steps,
         max_time=timedelta(seconds=max_seconds),
@@ -220,7 +238,7 @@ def fit(
         log_every_n_steps=max(1, max_steps // 50),
     )
     started = time.perf_counter()
-    trainer.fit(module, datamodule=rows)
+    trainer.fit(module, datamodule=data)
     steps = trainer.global_step
     return FitResult(
         steps=steps,

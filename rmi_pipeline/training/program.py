@@ -53,59 +53,81 @@ def _read(uri: str, options: Mapping[str, Any]) -> bytes:
 
 def _rows(recipe, module, uri: str, options: Mapping[str, Any], kto: bool = False, dpo: bool = False,
           text: bool = False):
-    """The dataset and its rows as (tokens, loss mask), read and encoded a row group at a time: a dataset larger
-    than memory as text fits as tokens. The prompts and targets are kept only where the objective reads them again
-    (wrong RL answers' rows, hinted successes' and, with `kto`, KTO's rows, with `dpo`, the pairs'; every row's with
-    `text`, for a teacher to label and to compare tokens on); beyond a row's last answer token the padding between
-    row groups is never read (causal attention, no loss there)."""
+    """The dataset as (data, texts, files), read, encoded and written a row group at a time: no more than a row
+    group is ever in memory as text or padded tokens. `data`: every row's mix, scale, skill and tier, in compact types;
+    `files`: every row's tokens and loss mask (ml/rows.py); `texts`: all columns and the row number `index` of the
+    rows whose text the objective reads again (wrong RL answers', hinted successes' and, with `kto`, KTO's rows, with
+    `dpo`, the pairs'; every row with `text`, for a teacher to label and to compare tokens on). Other rows' strings
+    would cost gigabytes at 77M rows, and a polars filter keeps the whole buffers it filters: arrow's copies."""
     import fsspec
+    import numpy as np
     import polars as pl
+    import pyarrow as pa
     import pyarrow.parquet as pq
-    import torch
 
     from ..ml.mix import KTO_MIX
+    from ..ml.rows import RowFiles
 
-    frames, tokens, masks = [], [], []
+    # fit reads scales as float32 (a wrong RL answer's is cut from its text row's float64)
+    compact = {"mix": pl.Categorical, "scale": pl.Float32, "skill": pl.Categorical, "tier": pl.Int32}
+    frames, texts, files, count = [], [], RowFiles(), 0
     with fsspec.open(uri, "rb", **_for(uri, options)) as f:
         dataset = pq.ParquetFile(f)
         columns = [c for c in dataset.schema_arrow.names if c in READ]
         for group in range(dataset.num_row_groups):
-            part = pl.from_arrow(dataset.read_row_group(group, columns=columns))
-            if part.is_empty():  # a dataset of no rows (nothing to learn from yet) is one empty row group
+            table = dataset.read_row_group(group, columns=columns)
+            if not table.num_rows:  # a dataset of no rows (nothing to learn from yet) is one empty row group
                 continue
-            ids, mask = recipe.encode(module, part["prompt"], part["target"])
-            tokens.append(ids)
-            masks.append(mask)
-            kept = pl.col("mix").is_in([*(KTO_MIX if kto else ()), *(["pairs"] if dpo else [])])
-            if text:
-                frames.append(part)
-                continue
-            frames.append(part.with_columns(
-                prompt=pl.when(pl.col("reference").is_not_null() | kept).then("prompt") if "reference" in part.columns
-                else pl.lit(None, pl.String),
-                target=pl.when(pl.col("teacher").is_not_null() | kept).then("target") if "teacher" in part.columns
-                else pl.lit(None, pl.String)))
+            table = table.append_column("index", pa.array(np.arange(count, count + table.num_rows)))
+            part = pl.from_arrow(table)
+            files.append(*recipe.encode(module, part["prompt"], part["target"]))
+            frames.append(part.select(pl.col(c).cast(kind) if c in part.columns else pl.lit(None, kind).alias(c)
+                                      for c, kind in compact.items()))
+            read_again = part.select(pl.any_horizontal(
+                pl.col("mix").is_in([*(KTO_MIX if kto else ()), *(["pairs"] if dpo else [])]),
+                *(pl.col(c).is_not_null() for c in ("reference", "teacher") if c in part.columns))).to_series()
+            texts.append(part if text else pl.from_arrow(table.filter(read_again.to_arrow())))
+            count += table.num_rows
     if not frames:
-        return pl.DataFrame(), torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, 1, dtype=torch.bool)
-    return pl.concat(frames), _stacked(tokens), _stacked(masks)
+        return pl.DataFrame(schema=compact), pl.DataFrame(), files
+    return pl.concat(frames), pl.concat(texts), files
 
 
-def _stacked(parts: list):
-    """Row blocks of different widths as one tensor, right-padded to the widest."""
+def _per_row(rows: int, at, values):
+    """A per-row index column: `values` at rows `at`, -1 elsewhere (int32: 77M rows' int64 is 0.6 GB)."""
     import torch
 
-    width = max(t.shape[1] for t in parts)
-    return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1])) for t in parts])
+    column = torch.full((rows,), -1, dtype=torch.int32)
+    column[at] = values.int()
+    return column
 
 
-def _taught(recipe, module, teach: Mapping[str, Any], data, tokens, mask, mix_weights: Mapping[str, float],
-            checkpoint: bytes, seed: int, pipes) -> tuple:
-    """The dataset with the teacher's labels added (mix TAUGHT, `label_share` of every batch): on prompts of the
-    slices it is reliable on, and with a verifier on the other slices' prompts it answers right; and `module.distill`
-    set where the teacher's distributions can teach it. Returns (data, tokens, mask, {"weights": the taught rows'
-    weight, "report": what the run reports about its teaching})."""
+def _at(frame):
+    """The rows a frame's `index` column numbers, to index per-row tensors with."""
+    import torch
+
+    return torch.from_numpy(frame["index"].to_numpy().astype("int64"))
+
+
+def _by_mix(mix, weights: Mapping[str, float]) -> tuple:
+    """(the training mix's sources present, in the order they come; each row's source id, a byte; each row's
+    weight) of a column of mix names: a polars replace on a Categorical column builds every row's string."""
+    import numpy as np
     import polars as pl
     import torch
+
+    names = mix.unique(maintain_order=True).to_list()
+    sources = torch.tensor(mix.cast(pl.Enum(names)).to_physical().to_numpy())
+    return names, sources, torch.from_numpy(np.array([weights[n] for n in names], dtype=np.float64)[sources.numpy()])
+
+
+def _taught(recipe, module, teach: Mapping[str, Any], data, texts, files, mix_weights: Mapping[str, float],
+            checkpoint: bytes, seed: int, pipes) -> tuple:
+    """The dataset with the teacher's labels added (mix TAUGHT, `label_share` of every batch) to `data`, `texts`
+    and the row `files` (_rows'): on prompts of the slices it is reliable on, and with a verifier on the other slices'
+    prompts it answers right; and `module.distill` set where the teacher's distributions can teach it. Returns (data,
+    texts, {"weights": the taught rows' weight, "report": what the run reports about its teaching})."""
+    import polars as pl
 
     from ..ml.distill import (
         TAUGHT,
@@ -122,8 +144,8 @@ def _taught(recipe, module, teach: Mapping[str, Any], data, tokens, mask, mix_we
     teacher = recipe.load_checkpoint(checkpoint).eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
-    asked = [] if recipe.has("generator") or data.is_empty() else list(zip(
-        data["prompt"].to_list(), [slice_name(s, t) for s, t in zip(data["skill"], data["tier"], strict=True)],
+    asked = [] if recipe.has("generator") or texts.is_empty() else list(zip(
+        texts["prompt"].to_list(), [slice_name(s, t) for s, t in zip(texts["skill"], texts["tier"], strict=True)],
         strict=True))
     per_slice = int(teach["labels_per_slice"])
     prompts = prompts_to_label(recipe, list(teach["reliable"]), per_slice, seed, asked)
@@ -139,18 +161,17 @@ def _taught(recipe, module, teach: Mapping[str, Any], data, tokens, mask, mix_we
         prompts, answers = prompts + right[0], answers + right[1]
         report |= {"teacher_labels": len(answers), "checked_labels": len(right[0])}
     if answers:
-        ids, m = recipe.encode(module, prompts, answers)
-        tokens, mask = _stacked([tokens, ids.to(tokens.dtype)]), _stacked([mask, m])
+        files.append(*recipe.encode(module, prompts, answers))
         skills = [recipe.slice_of(p) for p in prompts]
         rows = pl.DataFrame({"prompt": prompts, "target": answers, "mix": [TAUGHT] * len(prompts),
                              "scale": [1.0] * len(prompts), "skill": [s for s, _ in skills],
-                             "tier": [t for _, t in skills]})
-        data = pl.concat([data, rows.cast({c: data.schema[c] for c in rows.columns if c in data.schema})],
-                         how="diagonal_relaxed")
-    others = torch.tensor(data["mix"].head(len(data) - len(answers)).replace_strict(dict(mix_weights),
-                                                                                      return_dtype=pl.Float64).to_numpy())
+                             "tier": [t for _, t in skills], "index": range(len(data), len(data) + len(prompts))})
+        data = pl.concat([data, rows.select(data.columns).cast(data.schema)])
+        texts = pl.concat([texts, rows.cast({c: texts.schema[c] for c in rows.columns if c in texts.schema})],
+                          how="diagonal_relaxed")
+    _, _, others = _by_mix(data["mix"].head(len(data) - len(answers)), mix_weights)
     weights = {TAUGHT: taught_weight(float(teach["label_share"]), others, len(answers))}
-    sample = data.head(16)  # the rows the two models must read alike
+    sample = texts.head(16)  # the rows the two models must read alike
     why = shared_vocabulary(recipe, teacher, module, sample["prompt"].to_list(), sample["target"].to_list()) \
         if len(sample) else "there is no row to compare the two models' tokens on"
     if why is None and float(teach["weight"]) > 0:
@@ -160,7 +181,7 @@ def _taught(recipe, module, teach: Mapping[str, Any], data, tokens, mask, mix_we
     else:
         report["distillation"] = f"labels only: {why or 'RMI_TEACH_WEIGHT is 0'}"
     say(f"teaching: {report['distillation']}; {len(answers)} labels")
-    return data, tokens, mask, {"weights": weights, "report": report}
+    return data, texts, {"weights": weights, "report": report}
 
 
 def _write(uri: str, data: bytes, options: Mapping[str, Any]) -> None:
@@ -179,6 +200,7 @@ def _for(uri: str, options: Mapping[str, Any]) -> dict:
 def train(extras: Mapping[str, Any], pipes=None, callbacks: list | None = None) -> dict | None:
     """Train one candidate; on global rank 0 write its checkpoint and return the metrics to report (`callbacks`:
     more Lightning callbacks, a bench's evaluations)."""
+    import numpy as np
     import polars as pl
     import torch
 
@@ -200,51 +222,63 @@ def train(extras: Mapping[str, Any], pipes=None, callbacks: list | None = None) 
     kto = any(m in extras["mix_weights"] for m in UNDESIRABLE)  # undesirable rows (KTO_MIX): KTO, with the desirable
     dpo = "pairs" in extras["mix_weights"]  # preference pairs train: DPO
     teach = extras.get("teach")
-    data, tokens, mask = _rows(recipe, module, extras["dataset_uri"], storage, kto, dpo, text=bool(teach))
+    data, texts, files = _rows(recipe, module, extras["dataset_uri"], storage, kto, dpo, text=bool(teach))
     taught = {}
     if teach:  # a new generation or a derivative: the champion's labels and next-token distributions
-        data, tokens, mask, taught = _taught(recipe, module, teach, data, tokens, mask, extras["mix_weights"],
-                                             _read(teach["teacher_uri"], storage), seed, pipes)
+        data, texts, taught = _taught(recipe, module, teach, data, texts, files, extras["mix_weights"],
+                                      _read(teach["teacher_uri"], storage), seed, pipes)
     if not len(data):  # a recipe with no seed set, before any feedback: the first model is the one it brings
         _write(extras["checkpoint_uri"], recipe.checkpoint(module), storage)
         return {"tokens_trained": 0, "final_loss": float("nan"), "steps_done": 0, "train_seconds": 0.0,
                 "steps_per_second": 0.0, "stopped_by_time": False, "world_size": 1,
                 "parameters": sum(p.numel() for p in module.parameters()), "rows": 0,
                 "checkpoint": extras["checkpoint_uri"]}
-    weights = torch.tensor(data["mix"].replace_strict({**extras["mix_weights"], **taught.get("weights", {})},
-                                                      return_dtype=pl.Float64).to_numpy())
-    names = data["mix"].unique(maintain_order=True).to_list()  # the training mix's sources present
-    sources = torch.tensor(data["mix"].replace_strict({n: i for i, n in enumerate(names)}).to_numpy())
+    rows = files.rows()
+    names, sources, weights = _by_mix(data["mix"], {**extras["mix_weights"], **taught.get("weights", {})})
     scales = torch.tensor(data["scale"].to_numpy())
-    if "reference" in data.columns and data["reference"].is_not_null().any():  # wrong RL answers and a right one
-        wrong = data.with_row_index().filter(pl.col("reference").is_not_null())
+    if "reference" in texts.columns and texts["reference"].is_not_null().any():  # wrong RL answers and a right one
+        wrong = texts.filter(pl.col("reference").is_not_null())
         reference, _ = recipe.encode(module, wrong["prompt"], wrong["reference"])
-        at = torch.tensor(wrong["index"].to_numpy(), dtype=torch.long)
-        cut = first_mistake(tokens[at], mask[at], reference)
-        scales[at] *= cut.sum(1) / mask[at].sum(1).clamp(min=1)  # a row's loss is a mean over its answer tokens
-        mask[at] = cut
+        at = _at(wrong)
+        tokens, mask = rows.batch(at)
+        cut = first_mistake(tokens, mask, reference)
+        # a row's loss is a mean over its answer tokens
+        scales[at] = (torch.from_numpy(wrong["scale"].to_numpy()) * (cut.sum(1) / mask.sum(1).clamp(min=1))).float()
+        rows.set_mask(at, cut)
     teacher_rows = None
-    if (extras.get("hint_distillation") or recipe.hint_distillation) == "tokens" and "teacher" in data.columns:
-        teacher_rows = taught_by_teacher(recipe, module, data["teacher"].to_list(), data["target"].to_list())
-        scales = torch.where(teacher_rows >= 0, torch.zeros_like(scales), scales)  # they learn from it only
+    if (extras.get("hint_distillation") or recipe.hint_distillation) == "tokens" and "teacher" in texts.columns:
+        hinted = texts.filter(pl.col("teacher").is_not_null())
+        at = _at(hinted)
+        teacher_rows = _per_row(len(data), at, taught_by_teacher(recipe, module, hinted["teacher"].to_list(),
+                                                                 hinted["target"].to_list()))
+        scales[at] = 0  # they learn from it only
     focus = set(extras.get("focus") or [])
     if focus:  # a regression cycle: weight the regressed slices up
-        in_focus = torch.tensor([slice_name(s, t) in focus for s, t in zip(data["skill"], data["tier"], strict=True)])
-        weights = torch.where(in_focus, weights * extras["focus_weight"], weights)
+        slices = data.select("skill", "tier").unique()
+        slices = slices.filter(pl.Series([slice_name(s, t) in focus for s, t in slices.iter_rows()], dtype=pl.Boolean))
+        focused = data.with_row_index().join(slices, on=["skill", "tier"], how="semi", nulls_equal=True)
+        weights[_at(focused)] *= extras["focus_weight"]
     kto_rows = None
     if kto:  # the warm-start model's log-probs, once: the frozen reference; an undesirable row is never imitated
-        kto_rows = kto_reference(recipe, module, data["prompt"].to_list(), data["target"].to_list(),
-                                 data["mix"].replace_strict(KTO_MIX, default=None).to_list(), data["tier"].to_list(),
-                                 float(extras["kto_beta"]), weights)
-        scales = torch.where(torch.tensor(data["mix"].is_in(UNDESIRABLE).to_numpy()), torch.zeros_like(scales), scales)
+        rated = texts.filter(pl.col("mix").is_in(list(KTO_MIX)))
+        at = _at(rated)
+        kto_rows = _per_row(len(data), at, kto_reference(
+            recipe, module, rated["prompt"].to_list(), rated["target"].to_list(),
+            rated["mix"].replace_strict(KTO_MIX).to_list(), rated["tier"].to_list(), float(extras["kto_beta"]),
+            weights[at]))
+        scales[_at(rated.filter(pl.col("mix").is_in(UNDESIRABLE)))] = 0
     dpo_rows = None
     if dpo:  # both answers' log-probs under the warm-start model, once: the frozen reference
-        pairs = data["mix"] == "pairs"
-        dpo_rows = dpo_reference(recipe, module, data["prompt"].to_list(), data["target"].to_list(),
-                                 data.select(pl.when(pairs).then("rejected")).to_series().to_list(),
-                                 float(extras["dpo_beta"]))
+        pairs = texts.filter(pl.col("mix") == "pairs")
+        at = _at(pairs)
+        dpo_rows = _per_row(len(data), at, dpo_reference(recipe, module, pairs["prompt"].to_list(),
+                                                         pairs["target"].to_list(), pairs["rejected"].to_list(),
+                                                         float(extras["dpo_beta"])))
         # a pair teaches by DPO alone: its chosen answer is imitated by its own row (a correction or a thumbs-up)
-        scales = torch.where(torch.tensor(pairs.to_numpy()), torch.zeros_like(scales), scales)
+        scales[at] = 0
+    row_count = len(data)
+    by_mix = {f"rows_{n}": int(c) for n, c in zip(names, np.bincount(sources.numpy()), strict=True)}
+    del data, texts  # not read again: their memory goes to training
 
     trainer = Training(**extras["trainer"]).trainer_options()  # resolved here: "auto" means this machine's GPU
 
@@ -252,7 +286,7 @@ def train(extras: Mapping[str, Any], pipes=None, callbacks: list | None = None) 
         pipes.log.info(f"training step {step}/{total} loss {loss:.4f}")
         pipes.report_custom_message({"train_loss": loss, "step": step, "timestamp_ms": int(time.time() * 1000)})
 
-    result = fit(module, tokens, mask, weights, max_steps=steps, max_seconds=extras["max_seconds"],
+    result = fit(module, rows, weights=weights, max_steps=steps, max_seconds=extras["max_seconds"],
                  batch_size=extras["batch_size"], seed=seed, trainer=trainer,
                  report=report if pipes is not None else None, scales=scales, sources=sources,
                  teacher_rows=teacher_rows, kto_rows=kto_rows, dpo_rows=dpo_rows, callbacks=callbacks)
@@ -264,10 +298,10 @@ def train(extras: Mapping[str, Any], pipes=None, callbacks: list | None = None) 
         "final_loss": result.final_loss, "steps_done": result.steps, "train_seconds": result.seconds,
         "steps_per_second": result.steps / max(result.seconds, 1e-9), "stopped_by_time": result.stopped_by_time,
         "world_size": result.world_size, "parameters": sum(p.numel() for p in module.parameters()),
-        "rows": len(data), "checkpoint": extras["checkpoint_uri"],
+        "rows": row_count, "checkpoint": extras["checkpoint_uri"],
         **taught.get("report", {}),
         **{f"loss_{names[i]}": loss for i, loss in result.source_loss.items()},
-        **{f"rows_{n}": int((data["mix"] == n).sum()) for n in names},
+        **by_mix,
         **{f"trainer_{k}": str(v) for k, v in trainer.items()},
     }
 
