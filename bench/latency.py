@@ -45,8 +45,8 @@ def main() -> None:
     log = home / "dagster-dev.log"
     with dagster_dev(home, log):
         time.sleep(5)  # let the daemon take its first ticks, as a long-running deployment would have
-        landed = time.time()
         batches, stats = world.serve_cycle(1)
+        landed = time.time()  # the round's closing flush has just written the batch file (a round takes seconds)
         print(f"latency: {', '.join(batches)} landed ({stats['queries']} questions); waiting for a promotion ...",
               flush=True)
         wait_for(lambda: world.registry.version("champion").version != before, 900, "promotion", log)

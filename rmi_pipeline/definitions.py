@@ -25,10 +25,11 @@ def build_definitions(settings: Settings) -> Definitions:
     return Definitions(
         assets=catalogued(ALL, settings),
         jobs=[ingest_feedback, improvement_cycle, derivative, health_check, canary_trial, forget_feedback],
-        sensors=[*(every(s, settings.automation.sensor_interval_seconds) for s in (
-            new_feedback_sensor, enough_feedback_sensor, regression_sensor, canary_sensor, generation_sensor,
-            derivative_sensor, approval_deadline_sensor, health_after_ingest, health_after_cycle, run_failure_alert,
-            forget_sensor)),
+        sensors=[*(every(s, settings.automation.feedback_interval_seconds, "RMI_FEEDBACK_INTERVAL_SECONDS")
+                   for s in (new_feedback_sensor, enough_feedback_sensor)),
+                 *(every(s, settings.automation.sensor_interval_seconds, "RMI_SENSOR_INTERVAL_SECONDS") for s in (
+                     regression_sensor, canary_sensor, generation_sensor, derivative_sensor, approval_deadline_sensor,
+                     health_after_ingest, health_after_cycle, run_failure_alert, forget_sensor)),
                  alert_outbox, dead_run_sensor],  # those two: every minute
         schedules=[health_schedule(settings.health.cron), retention_schedule(settings)],
         resources=build_resources(settings),
@@ -36,14 +37,16 @@ def build_definitions(settings: Settings) -> Definitions:
     )
 
 
-def every(sensor, seconds: int):
-    """The sensor evaluated at most every `seconds` under the daemon (RMI_SENSOR_INTERVAL_SECONDS). Dagster sets
-    the interval only in the decorator, and the loop's sensors are module-level, so the copy gets its attribute
-    (tests/test_definitions.py checks that Dagster reads it)."""
+def every(sensor, seconds: int, setting: str):
+    """The sensor evaluated at most every `seconds` under the daemon, its description saying so where it names
+    `setting`. Dagster sets the interval only in the decorator, and the loop's sensors are module-level, so the copy
+    gets its attributes (tests/test_definitions.py checks that Dagster reads them)."""
     import copy
 
     tuned = copy.copy(sensor)
     tuned._min_interval = seconds
+    if sensor.description:
+        tuned._description = sensor.description.replace(setting, f"{seconds} s ({setting})", 1)
     return tuned
 
 

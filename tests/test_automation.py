@@ -203,7 +203,7 @@ def test_under_the_daemon_feedback_becomes_a_champion_and_a_drift_starts_a_targe
     env = {"RMI_TRAIN_BOOTSTRAP_STEPS": "50", "RMI_TRAIN_STEPS": "50", "RMI_GATE_FIRST_FLOOR": "0",
            "RMI_CYCLE_MIN_NEW_EVENTS": "50", "RMI_EVAL_ITEMS_PER_SLICE": "20",
            "RMI_EVAL_REFRESHED_ITEMS_PER_SLICE": "20",
-           "RMI_SENSOR_INTERVAL_SECONDS": "5"}  # the daemon's sensors look every 5 s, not 30
+           "RMI_SENSOR_INTERVAL_SECONDS": "5"}  # health and regression sensors every 5 s too, not 30
     with pytest.MonkeyPatch.context() as mp:
         for key, value in {"RMI_HOME": str(home), **env}.items():
             mp.setenv(key, value)

@@ -90,16 +90,22 @@ def test_jobs_and_sensor_are_defined():
     assert schedule.cron_schedule == "0 * * * *" and schedule.job_name == "health_check"
 
 
-def test_the_loop_s_sensors_look_for_work_as_often_as_the_setting_says():
+def test_the_loop_s_sensors_look_for_work_as_often_as_the_settings_say():
     from rmi_pipeline.definitions import build_definitions
     from rmi_pipeline.settings import Automation, Settings
 
-    quick = build_definitions(Settings(automation=Automation(sensor_interval_seconds=5)))
+    quick = build_definitions(Settings(automation=Automation(sensor_interval_seconds=7, feedback_interval_seconds=2)))
     intervals = {s.name: s.minimum_interval_seconds for s in quick.sensors}
-    assert intervals == {**dict.fromkeys(intervals, 5), "alert_outbox": 60, "dead_run_sensor": 60}
+    feedback_path = {"new_feedback_sensor": 2, "enough_feedback_sensor": 2}
+    assert intervals == {**dict.fromkeys(intervals, 7), **feedback_path, "alert_outbox": 60, "dead_run_sensor": 60}
     assert {s.name: s.minimum_interval_seconds for s in defs.sensors} == {
-        **dict.fromkeys(intervals, 30), "alert_outbox": 60, "dead_run_sensor": 60}
+        **dict.fromkeys(intervals, 30), **dict.fromkeys(feedback_path, 5), "alert_outbox": 60, "dead_run_sensor": 60}
     assert quick.resolve_sensor_def("new_feedback_sensor").job_name == "ingest_feedback"  # a working copy
+    # the UI says how often each looks, as configured
+    assert quick.resolve_sensor_def("new_feedback_sensor").description.startswith(
+        "Every 2 s (RMI_FEEDBACK_INTERVAL_SECONDS): ")
+    assert quick.resolve_sensor_def("regression_sensor").description.startswith(
+        "Every 7 s (RMI_SENSOR_INTERVAL_SECONDS): ")
 
 
 def test_loading_definitions_does_not_import_heavy_libraries():

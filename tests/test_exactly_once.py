@@ -63,10 +63,12 @@ def killed(*argv) -> int:
 
 def training_program(session: int, home: Path) -> psutil.Process | None:
     """The training program started from the process session `session`: the warm worker's child that serves it
-    (the worker of `home` forks it), or a program started cold in the session."""
+    (the worker of `home` forks it; not the spare child that waits for the next client, there from the run's start),
+    or a program started cold in the session."""
     for pid_file in (home / "training_worker").glob("*.pid"):
         try:
-            children = psutil.Process(json.loads(pid_file.read_text())["pid"]).children()
+            status = json.loads(pid_file.read_text())
+            children = [c for c in psutil.Process(status["pid"]).children() if c.pid != status["spare"]]
         except (OSError, ValueError, psutil.Error):
             continue
         if children:

@@ -142,6 +142,27 @@ def test_ctrl_c_stops_the_program_while_its_main_thread_waits_in_a_read_and_anot
     assert program.returncode != 0 and "KeyboardInterrupt" in err
 
 
+def test_a_run_that_will_train_starts_the_warm_worker_as_it_begins(rmi_env):
+    """The launcher resource, set up as such a run begins, starts the worker its training client will reach: the
+    imports overlap the cycle's first steps."""
+    from dagster import build_resources
+
+    from rmi_pipeline.resources import build_resources as loop_resources
+
+    folder = worker_folder(rmi_env.resolved_home)
+    with build_resources({"training_launcher": loop_resources(rmi_env)["training_launcher"]}) as resources:
+        launcher = resources.training_launcher
+    deadline = time.monotonic() + 120
+    while not list(folder.glob("*.pid")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    worker = the_worker(folder)  # before any client asked
+    client = subprocess.run(CLIENT, env={**os.environ, **launcher.env}, capture_output=True, text=True, timeout=120)
+    assert client.returncode == 2 and "materialize candidate_model" in client.stderr  # outside Pipes, it refuses
+    assert the_worker(folder).pid == worker.pid  # the run's client was served by that worker, not a new one
+    assert stop(folder) == 1
+    psutil.wait_procs([worker], timeout=30)
+
+
 def test_a_warm_candidate_is_the_cold_program_s_candidate_weight_for_weight(rmi_env, monkeypatch):
     """Same dataset, same seed: the candidate of the warm worker and that of the training program started cold
     (`python -m rmi_pipeline.training.program`) have the same weights (so the warm path changes the time, nothing

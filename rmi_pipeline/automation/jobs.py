@@ -6,11 +6,16 @@ from dagster import AssetSelection, DagsterRunStatus, define_asset_job, multi_or
 from ..assets import CYCLE, DERIVATIVE, FEEDBACK, canary_verdict, champion_health
 from ..assets.partitions import feedback_batches
 
+# the queue runs one run at a time (dagster.yaml): feedback on its way to a promotion goes ahead of health checks,
+# derivatives and deletions queued before it, which wait one cycle
+AHEAD = {"dagster/priority": "1"}
+
 ingest_feedback = define_asset_job(
     "ingest_feedback",
     selection=AssetSelection.assets(*FEEDBACK),
     partitions_def=feedback_batches,
     description="Validate one landed feedback batch and land its events in the warehouse.",
+    tags=AHEAD,
 )
 
 improvement_cycle = define_asset_job(
@@ -20,6 +25,7 @@ improvement_cycle = define_asset_job(
                 "champion -> promotion.",
     # in the run's own process unless a launch asks for several processes (cycle_run_config)
     executor_def=multi_or_in_process_executor, config={"execution": {"config": {"in_process": {}}}},
+    tags=AHEAD,
 )
 
 

@@ -44,7 +44,7 @@ from .jobs import (
 
 
 @sensor(job=ingest_feedback, default_status=DefaultSensorStatus.RUNNING,
-        description="Every RMI_SENSOR_INTERVAL_SECONDS (30 s by default): each batch file new in "
+        description="Every RMI_FEEDBACK_INTERVAL_SECONDS: each batch file new in "
                     "feedback/incoming/ (.jsonl, .jsonl.gz, .parquet) becomes a "
                     "feedback_batch partition and an ingest_feedback run; a batch whose ingest failed or died is "
                     "ingested again (RMI_FEEDBACK_INGEST_RETRIES, doubling backoff), then a person is alerted. Files "
@@ -87,7 +87,7 @@ def new_feedback_sensor(context: SensorEvaluationContext, settings: ResourcePara
 
 
 @sensor(job=improvement_cycle, default_status=DefaultSensorStatus.RUNNING,
-        description="Every RMI_SENSOR_INTERVAL_SECONDS (30 s by default): once RMI_CYCLE_MIN_NEW_EVENTS feedback "
+        description="Every RMI_FEEDBACK_INTERVAL_SECONDS: once RMI_CYCLE_MIN_NEW_EVENTS feedback "
                     "events have landed since the last training "
                     "dataset, starts an improvement_cycle (one at a time; none while a canary is on trial or a "
                     "version waits for a person's approval).")
@@ -127,7 +127,7 @@ def enough_feedback_sensor(context: SensorEvaluationContext, settings: ResourceP
 
 
 @sensor(job=improvement_cycle, default_status=DefaultSensorStatus.RUNNING,
-        description="Every RMI_SENSOR_INTERVAL_SECONDS (30 s by default): when champion_health says the champion "
+        description="Every RMI_SENSOR_INTERVAL_SECONDS: when champion_health says the champion "
                     "regressed, starts an improvement_cycle "
                     "aimed at the regressed slices, at most RMI_REGRESSION_BUDGET per champion with a doubling "
                     "backoff; then alerts a person instead.")
@@ -177,7 +177,7 @@ def regression_sensor(context: SensorEvaluationContext, settings: ResourceParam[
 
 
 @sensor(job=canary_trial, default_status=DefaultSensorStatus.RUNNING,
-        description="Every RMI_SENSOR_INTERVAL_SECONDS (30 s by default), while a canary is on trial: after each "
+        description="Every RMI_SENSOR_INTERVAL_SECONDS, while a canary is on trial: after each "
                     "ingest of feedback (after the last of "
                     "a queue of them), and once when RMI_CANARY_MAX_HOURS have passed, runs canary_verdict "
                     "(promote, abort, or wait for RMI_CANARY_MIN_EVENTS rated canary answers).")
@@ -205,7 +205,7 @@ def canary_sensor(context: SensorEvaluationContext, settings: ResourceParam[Sett
 
 
 @sensor(job=improvement_cycle, default_status=DefaultSensorStatus.RUNNING,
-        description="Every RMI_SENSOR_INTERVAL_SECONDS (30 s by default), while RMI_GENERATION_SIZE is set: when "
+        description="Every RMI_SENSOR_INTERVAL_SECONDS, while RMI_GENERATION_SIZE is set: when "
                     "the last RMI_GENERATION_STALL_CYCLES evaluations each gained less than RMI_GENERATION_STALL_GAIN "
                     "over the champion, starts an improvement_cycle that trains a new generation of that size from "
                     "scratch, taught by the champion; at most RMI_GENERATION_BUDGET per champion, one cycle at a "
@@ -253,7 +253,7 @@ def generation_sensor(context: SensorEvaluationContext, settings: ResourceParam[
 
 
 @sensor(job=derivative, default_status=DefaultSensorStatus.RUNNING,
-        description="Every RMI_SENSOR_INTERVAL_SECONDS (30 s by default), while RMI_DERIVATIVE_SIZE is set: once "
+        description="Every RMI_SENSOR_INTERVAL_SECONDS, while RMI_DERIVATIVE_SIZE is set: once "
                     "per champion (after each promotion), starts a derivative run that distils a smaller student of "
                     "that size from it, which takes the alias `fast` if it keeps the champion's quality and answers "
                     "faster. `/rmi stop derivative` stops one.")
@@ -290,7 +290,7 @@ def derivative_sensor(context: SensorEvaluationContext, settings: ResourceParam[
 
 
 @sensor(default_status=DefaultSensorStatus.RUNNING,
-        description="Every RMI_SENSOR_INTERVAL_SECONDS (30 s by default), with RMI_PROMOTION=approval: a version "
+        description="Every RMI_SENSOR_INTERVAL_SECONDS, with RMI_PROMOTION=approval: a version "
                     "left waiting for a person's approval past RMI_APPROVAL_HOURS (72 by default) is dropped "
                     "(approval: expired; no longer challenger or canary; the champion stays) and a person is "
                     "alerted. `rmi promote VERSION` still promotes it by hand.")

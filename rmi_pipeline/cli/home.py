@@ -10,7 +10,7 @@ from pathlib import Path
 from ..resources import layout
 from ..settings import Settings
 
-REPO_ROOT = Path(__file__).resolve().parents[2]  # a checkout's root, where dagster.yaml and workspace.yaml are
+REPO_ROOT = Path(__file__).resolve().parents[2]  # a checkout's root, where dagster.yaml is
 # serve/: the gateway's log, whose events belong to the old store; alerts_sent.json: alerts an old run raised,
 # whose keys (champion v1, v2, ...) the new run's alerts would repeat and so never be sent
 STATE = ("store", "dagster", "mlartifacts", "mlflow.db", "warehouse.sqlite", "warehouse.sqlite-journal",

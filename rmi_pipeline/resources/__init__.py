@@ -9,7 +9,7 @@ from ..settings import Settings
 from .notifier import Notifier
 from .registry import ModelRegistry
 from .storage import ObjectStore
-from .training_launcher import build_training_launcher
+from .training_launcher import training_launcher_resource
 from .warehouse import Warehouse
 
 
@@ -33,5 +33,5 @@ def build_resources(settings: Settings) -> dict:
             else f"file://{settings.resolved_home / 'mlartifacts'}",
             model_name=settings.model_name,
         ),
-        "training_launcher": build_training_launcher(settings),
+        "training_launcher": training_launcher_resource(settings),
     }

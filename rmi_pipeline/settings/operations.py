@@ -15,9 +15,13 @@ class Automation(Group):
 
     cycle_min_new_events: int = Field(default=1000, description="New validated feedback events that start an "
                                       "improvement cycle by themselves.")
-    sensor_interval_seconds: int = Field(default=30, ge=1, description="How often, under the daemon, each sensor "
-                                         "that moves the loop looks for work (new feedback, enough feedback, a "
-                                         "regression, the canary, health after runs, failed runs).")
+    feedback_interval_seconds: int = Field(default=5, ge=1, description="How often, under the daemon, "
+                                           "new_feedback_sensor and enough_feedback_sensor look: a landed batch "
+                                           "waits about this long for its ingest, and ingested feedback for its cycle "
+                                           "(Dagster's daemon looks at most every 5 s).")
+    sensor_interval_seconds: int = Field(default=30, ge=1, description="How often, under the daemon, every other "
+                                         "sensor that moves the loop looks for work (a regression, the canary, health "
+                                         "after runs, failed runs, generations, derivatives, deletions).")
 
 
 class Health(Group):

@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -70,6 +71,19 @@ def _cold(reason: str, caught: list[int]) -> int:
         return 128 + caught[0]
     print(f"training worker: {reason}; training cold instead", file=sys.stderr, flush=True)
     os.execv(COLD[0], COLD)
+
+
+def warm_up(env: dict[str, str]) -> threading.Thread:
+    """Starts the worker of `env` in the background if none answers, so a client that comes later finds it warm;
+    whatever keeps it from starting is left to that client, which then trains cold."""
+
+    def reach() -> None:
+        with contextlib.suppress(OSError):
+            _reach(env).close()  # a connection that sends nothing: the worker reads it as no request
+
+    thread = threading.Thread(target=reach, name="training-worker-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def _reach(env: dict[str, str]) -> socket.socket:
