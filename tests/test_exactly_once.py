@@ -63,12 +63,13 @@ def killed(*argv) -> int:
 
 def training_program(session: int, home: Path) -> psutil.Process | None:
     """The training program started from the process session `session`: the warm worker's child that serves it
-    (the worker of `home` forks it; not the spare child that waits for the next client, there from the run's start),
-    or a program started cold in the session."""
+    (the worker of `home` forks it; it writes to the client's streams, not the worker's as a spare child waiting for
+    the next client does), or a program started cold in the session."""
     for pid_file in (home / "training_worker").glob("*.pid"):
         try:
-            status = json.loads(pid_file.read_text())
-            children = [c for c in psutil.Process(status["pid"]).children() if c.pid != status["spare"]]
+            worker = json.loads(pid_file.read_text())["pid"]
+            children = [c for c in psutil.Process(worker).children()
+                        if os.readlink(f"/proc/{c.pid}/fd/2") != os.readlink(f"/proc/{worker}/fd/2")]
         except (OSError, ValueError, psutil.Error):
             continue
         if children:

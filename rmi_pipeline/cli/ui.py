@@ -2,10 +2,9 @@
 this one starts and stops.
 
 Not `dagster dev`: Dagster 1.13 marks it superseded (by `dg dev`, which wants another project layout) and it
-warns that the repository's dagster.yaml, the template RMI_HOME's is copied from, "will not be used". The loop's
-definitions are served by one long-lived code server (`dagster code-server start`): a daemon that starts its own
-replaces it every minute (its workspace refresh), paying the imports again and shutting the old one down 20 s
-later, and a run queued in between fails to launch against the stopped server. The daemon runs with the sensor
+warns that the repository's dagster.yaml, the template RMI_HOME's is copied from, "will not be used". One
+long-lived code server (`dagster code-server start`) serves the loop's definitions: the daemon's own would be
+replaced every minute, and a run it launched against the one being stopped failed. The daemon runs with the sensor
 ticks that asked for nothing left out of its log: they were 2 in 3 of its lines; what it launched, what failed and
 every warning stay.
 """
