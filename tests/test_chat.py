@@ -1,11 +1,13 @@
 """`rmi chat`, the Slack app: signed requests against it on 127.0.0.1, acting on a real MLflow registry and a real
 Dagster webserver and daemon (`rmi ui`); every refusal leaves the champion where it was."""
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -200,6 +202,35 @@ def test_a_button_on_an_alert_acts_and_the_alert_says_who_acted(chat, tmp_path):
     assert tags["override_reason"] == "Roll back, from budget-v3"
 
 
+@contextlib.contextmanager
+def daemon_marking_ticks(lag: float = 0.2):
+    """As the sensor daemon marks its ticks with the states it read when its iteration began: read the running
+    sensors' states, and once a stop has landed, write them back `lag` seconds later (undoing the stops)."""
+    from dagster import DagsterInstance
+    from dagster._core.scheduler.instigation import InstigatorType
+
+    instance, done = DagsterInstance.get(), threading.Event()
+
+    def running():
+        return [s for s in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR) if s.is_running]
+
+    def mark() -> None:
+        read = running()
+        while not done.is_set() and len(running()) == len(read):
+            time.sleep(0.02)
+        time.sleep(lag)
+        for state in read:
+            instance.update_instigator_state(state)
+
+    marker = threading.Thread(target=mark)
+    marker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        marker.join()
+
+
 def test_pause_stops_the_loop_s_sensors_resume_starts_them_and_a_cycle_runs_aimed_at_its_slices(chat):
     def states() -> dict[str, str]:
         data = chat["graphql"]("{ workspaceOrError { ... on Workspace { locationEntries { locationOrLoadError { "
@@ -209,7 +240,8 @@ def test_pause_stops_the_loop_s_sensors_resume_starts_them_and_a_cycle_runs_aime
         return ({s["name"]: s["sensorState"]["status"] for s in repo["sensors"]}
                 | {s["name"]: s["scheduleState"]["status"] for s in repo["schedules"]})
 
-    _, reply = command(chat, "pause")
+    with daemon_marking_ticks():  # as the sensor daemon does, racing the stops
+        _, reply = command(chat, "pause")
     off = states()
     assert "The loop is paused" in json.dumps(reply["blocks"])
     assert off["enough_feedback_sensor"] == off["new_feedback_sensor"] == off["health_schedule"] == "STOPPED"

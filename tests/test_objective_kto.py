@@ -207,6 +207,45 @@ def test_the_training_program_trains_undesirable_rows_by_kto_against_the_warm_st
     assert ratio[~desirable].mean() < 0  # undesirable: pushed down, though its prompts' right answers rise
 
 
+def test_the_kto_reference_is_the_warm_start_s_for_each_row_training_draws_and_for_no_other(tmp_path, warm):
+    """A history of thousands of rated rows in several row groups and a few steps: the warm-start model's log-probs
+    are computed for the rows the sampler draws, not the history, and each drawn row's reference is its own."""
+    import lightning as L
+
+    from rmi_pipeline.training.program import train
+
+    recipe = load_recipe(DEFAULT_RECIPE)
+    model, checkpoint = warm
+    tasks = [t for t in recipe.seed_tasks(random.Random(0)) if t.tier in (2, 3)]
+    rng, rows = random.Random(2), 3000
+    answers = [str(rng.randrange(10 ** 3)) for _ in range(rows)]  # most wrong: each row's completion its own
+    pl.DataFrame({"prompt": [tasks[i % len(tasks)].prompt for i in range(rows)], "target": answers,
+                  "mix": ["feedback" if i % 2 else "thumbs_down" for i in range(rows)], "scale": 1.0,
+                  "skill": "add", "tier": [tasks[i % len(tasks)].tier for i in range(rows)]}
+                 ).write_parquet(tmp_path / "train.parquet", row_group_size=700)
+
+    seen = []
+
+    class Batches(L.Callback):
+        def on_train_batch_start(self, trainer, module, batch, index):
+            seen.append((batch[0], batch[1], batch[5], module.kto))
+
+    steps, batch = 6, 16
+    train({"recipe": DEFAULT_RECIPE, "dataset_uri": str(tmp_path / "train.parquet"), "storage_options": {},
+           "warm_start_uri": str(checkpoint), "checkpoint_uri": str(tmp_path / "candidate.ckpt"),
+           "mix_weights": {"feedback": 0.5 / rows, "thumbs_down": 0.5 / rows}, "model_size": "tiny", "steps": steps,
+           "max_seconds": 60, "seed": 0, "batch_size": batch, "learning_rate": 3e-3, "kto_beta": 0.1,
+           "trainer": {**Training().hardware(), "accelerator": "cpu"}}, callbacks=[Batches()])
+    assert len(seen) == steps
+    reference = seen[0][3]
+    assert 0 < len(reference.logps) <= steps * batch < rows / 10
+    at = torch.cat([kto for _, _, kto, _ in seen])
+    assert (at >= 0).all() and set(at.tolist()) == set(range(len(reference.logps)))  # every one drawn, each used
+    tokens = torch.cat([torch.nn.functional.pad(t, (0, 40 - t.shape[1])) for t, _, _, _ in seen])
+    mask = torch.cat([torch.nn.functional.pad(m, (0, 40 - m.shape[1])) for _, m, _, _ in seen])
+    assert torch.allclose(reference.logps[at], completion_log_probs(model, tokens, mask), atol=1e-5)
+
+
 def test_thumbs_downs_are_read_only_when_they_train_and_only_from_batches_not_yet_learned():
     import duckdb
 

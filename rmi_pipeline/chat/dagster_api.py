@@ -7,6 +7,7 @@ toggles, so the UI shows who is off.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from ..automation import ALWAYS_ON
@@ -32,6 +33,8 @@ _START_SCHEDULE = """mutation($s: ScheduleSelector!) { startSchedule(scheduleSel
   ... on PythonError { message } } }"""
 _STOP_SCHEDULE = """mutation($id: String) { stopRunningSchedule(id: $id) { __typename
   ... on PythonError { message } } }"""
+
+PAUSE_ROUNDS, PAUSE_SETTLE_SECONDS = 5, 1.0  # a stop is read back this long after, up to this many times
 
 
 class DagsterUnreachable(ConnectionError):
@@ -87,13 +90,26 @@ class DagsterAPI:
         return [i for i in self._instigators() if i.name not in ALWAYS_ON]
 
     def pause(self) -> list[str]:
-        """Stop every running sensor and schedule of the loop; returns the names stopped."""
-        stopped = []
-        for item in self.automation():
-            if item.running:
+        """Stop every running sensor and schedule of the loop; returns the names stopped.
+
+        Stops again what reads running a moment later: the sensor daemon writes back the state it read as its
+        iteration began when it marks a tick, which can undo a stop made in between.
+        """
+        stopped: list[str] = []
+        for _ in range(PAUSE_ROUNDS):
+            running = [item for item in self.automation() if item.running]
+            if not running and stopped:
+                return stopped
+            for item in running:
                 query = _STOP_SENSOR if item.kind == "sensor" else _STOP_SCHEDULE
                 self._expect(self._query(query, {"id": item.id}), item)
-                stopped.append(item.name)
+                stopped += [item.name] if item.name not in stopped else []
+            if not stopped:
+                return stopped
+            time.sleep(PAUSE_SETTLE_SECONDS)
+        still = [item.name for item in self.automation() if item.running]
+        if still:
+            raise RuntimeError(f"Dagster's daemon kept {', '.join(still)} running after {PAUSE_ROUNDS} stops")
         return stopped
 
     def resume(self) -> list[str]:

@@ -278,14 +278,15 @@ def dpo_reference(recipe, module, prompts: list[str], chosen: list[str], rejecte
 
 @torch.no_grad()
 def completion_log_probs(model, tokens: torch.Tensor, mask: torch.Tensor, batch_size: int = 256) -> torch.Tensor:
-    """(rows,) log-probability the model in eval mode gives each row's answer tokens; `model(tokens)` returns
-    logits."""
-    was_training = model.training
+    """(rows,) log-probability the model in eval mode gives each row's answer tokens, on the CPU; `model(tokens)`
+    returns logits."""
+    was_training, device = model.training, next(model.parameters()).device
     model.eval()
     out = []
-    for start in range(0, len(tokens), batch_size):
-        ids, m = tokens[start:start + batch_size].long(), mask[start:start + batch_size]
-        out.append(sequence_log_probs(model(ids[:, :-1]), ids, m).cpu())
+    with torch.no_grad():
+        for start in range(0, len(tokens), batch_size):
+            ids, m = tokens[start:start + batch_size].long().to(device), mask[start:start + batch_size].to(device)
+            out.append(sequence_log_probs(model(ids[:, :-1]), ids, m).cpu())
     model.train(was_training)
     return torch.cat(out)
 

@@ -118,18 +118,21 @@ class _WeightedRows(L.LightningDataModule):
     """Each process draws its own share of every batch, with replacement by weight, seeded by (seed, rank)."""
 
     def __init__(self, rows: _Batches, weights: torch.Tensor, lengths: torch.Tensor, steps: int,
-                 batch_size: int, seed: int):
+                 batch_size: int, seed: int, prepare: Callable[[torch.Tensor], None] | None = None):
         super().__init__()
         self.rows, self.weights, self.lengths = rows, weights, lengths
-        self.steps, self.batch_size, self.seed = steps, batch_size, seed
+        self.steps, self.batch_size, self.seed, self.prepare = steps, batch_size, seed, prepare
 
     def train_dataloader(self) -> DataLoader:
         world, rank = self.trainer.world_size, self.trainer.global_rank
         if self.batch_size % world:
             raise ValueError(f"batch size {self.batch_size} does not split evenly over {world} processes")
         share = self.batch_size // world
-        return DataLoader(self.rows, batch_sampler=_LengthBatches(self.weights, self.lengths, self.steps, share,
-                                                                  self.seed, rank), collate_fn=_whole)
+        batches = _LengthBatches(self.weights, self.lengths, self.steps, share, self.seed, rank)
+        if self.prepare is not None:  # once, before the first step: the draws are fixed by the seed
+            self.prepare(torch.tensor([row for rows in batches for row in rows], dtype=torch.long))
+            self.prepare = None
+        return DataLoader(self.rows, batch_sampler=batches, collate_fn=_whole)
 
 
 class _LengthBatches(torch.utils.data.Sampler):
@@ -204,11 +207,14 @@ def fit(
     kto_rows: torch.Tensor | None = None,
     dpo_rows: torch.Tensor | None = None,
     callbacks: list | None = None,
+    prepare: Callable[[torch.Tensor], None] | None = None,
 ) -> FitResult:
     """`tokens`: the rows (ml/rows.py), or a 2-D tokens tensor and its `loss_mask` (recipe.encode's pair); `scales`
     multiply each row's loss (RL advantages); `sources` (row source ids) get their loss followed; `teacher_rows` index
     the module's `teacher` distributions, `kto_rows` its `kto` reference, `dpo_rows` its `dpo` reference (-1: none;
-    ml/objective.py); `callbacks`: more Lightning callbacks (a bench's evaluations)."""
+    ml/objective.py); `callbacks`: more Lightning callbacks (a bench's evaluations); `prepare` is called in each
+    process before its first step, with the module on its device, with every row that process will draw (repeats
+    included): references computed then for those rows only, and written into the index columns given here."""
     rows = tokens if isinstance(tokens, Rows) else Rows.of(tokens, loss_mask)
     if len(rows) == 0:
         raise ValueError("cannot train on an empty dataset")
@@ -223,7 +229,8 @@ def fit(
     while indexed and indexed[-1] is None:  # a column only up to the last one given
         indexed.pop()
     columns += [(index, torch.long, -1) for index in indexed]
-    data = _WeightedRows(_Batches(rows, columns), weights, rows.lengths, max_steps, batch_size, seed)
+    data = _WeightedRows(_Batches(rows, columns), weights, rows.lengths, max_steps, batch_size, seed,
+                         prepare)
     progress = _Progress(max_steps, report, int(sources.max()) + 1 if sources is not None else int(bool(columns)))
     trainer = L.Trainer(
         max_steps=max_steps,

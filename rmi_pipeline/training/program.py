@@ -51,21 +51,20 @@ def _read(uri: str, options: Mapping[str, Any]) -> bytes:
         return f.read()
 
 
-def _rows(recipe, module, uri: str, options: Mapping[str, Any], kto: bool = False, dpo: bool = False,
-          text: bool = False):
+def _rows(recipe, module, uri: str, options: Mapping[str, Any], text: bool = False):
     """The dataset as (data, texts, files), read, encoded and written a row group at a time: no more than a row
     group is ever in memory as text or padded tokens. `data`: every row's mix, scale, skill and tier, in compact types;
     `files`: every row's tokens and loss mask (ml/rows.py); `texts`: all columns and the row number `index` of the
-    rows whose text the objective reads again (wrong RL answers', hinted successes' and, with `kto`, KTO's rows, with
-    `dpo`, the pairs'; every row with `text`, for a teacher to label and to compare tokens on). Other rows' strings
-    would cost gigabytes at 77M rows, and a polars filter keeps the whole buffers it filters: arrow's copies."""
+    rows whose text the objective reads again (wrong RL answers' and hinted successes'; every row with `text`, for a
+    teacher to label and to compare tokens on; KTO's and DPO's rows are read again for the rows drawn, _texts_of).
+    Other rows' strings would cost gigabytes at 77M rows, and a polars filter keeps the whole buffers it filters:
+    arrow's copies."""
     import fsspec
     import numpy as np
     import polars as pl
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ..ml.mix import KTO_MIX
     from ..ml.rows import RowFiles
 
     # fit reads scales as float32 (a wrong RL answer's is cut from its text row's float64)
@@ -83,14 +82,36 @@ def _rows(recipe, module, uri: str, options: Mapping[str, Any], kto: bool = Fals
             files.append(*recipe.encode(module, part["prompt"], part["target"]))
             frames.append(part.select(pl.col(c).cast(kind) if c in part.columns else pl.lit(None, kind).alias(c)
                                       for c, kind in compact.items()))
-            read_again = part.select(pl.any_horizontal(
-                pl.col("mix").is_in([*(KTO_MIX if kto else ()), *(["pairs"] if dpo else [])]),
-                *(pl.col(c).is_not_null() for c in ("reference", "teacher") if c in part.columns))).to_series()
+            read_again = part.select(pl.any_horizontal(pl.repeat(False, pl.len()), *(
+                pl.col(c).is_not_null() for c in ("reference", "teacher") if c in part.columns))).to_series()
             texts.append(part if text else pl.from_arrow(table.filter(read_again.to_arrow())))
             count += table.num_rows
     if not frames:
         return pl.DataFrame(schema=compact), pl.DataFrame(), files
     return pl.concat(frames), pl.concat(texts), files
+
+
+def _texts_of(uri: str, options: Mapping[str, Any], rows):
+    """The text columns and the row number `index` of the dataset's rows numbered `rows` (sorted, unique), read a
+    row group at a time."""
+    import fsspec
+    import numpy as np
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    wanted, frames, count = rows.numpy(), [], 0
+    with fsspec.open(uri, "rb", **_for(uri, options)) as f:
+        dataset = pq.ParquetFile(f)
+        columns = [c for c in dataset.schema_arrow.names if c in READ]
+        for group in range(dataset.num_row_groups):
+            size = dataset.metadata.row_group(group).num_rows
+            first, last = np.searchsorted(wanted, [count, count + size])
+            if last > first:
+                table = dataset.read_row_group(group, columns=columns).take(pa.array(wanted[first:last] - count))
+                frames.append(pl.from_arrow(table.append_column("index", pa.array(wanted[first:last]))))
+            count += size
+    return pl.concat(frames)
 
 
 def _per_row(rows: int, at, values):
@@ -119,6 +140,13 @@ def _by_mix(mix, weights: Mapping[str, float]) -> tuple:
     names = mix.unique(maintain_order=True).to_list()
     sources = torch.tensor(mix.cast(pl.Enum(names)).to_physical().to_numpy())
     return names, sources, torch.from_numpy(np.array([weights[n] for n in names], dtype=np.float64)[sources.numpy()])
+
+
+def _ids(names: list[str], kinds):
+    """The source ids (_by_mix's) of the mixes in `kinds`, a tensor."""
+    import torch
+
+    return torch.tensor([i for i, name in enumerate(names) if name in kinds], dtype=torch.long)
 
 
 def _taught(recipe, module, teach: Mapping[str, Any], data, texts, files, mix_weights: Mapping[str, float],
@@ -222,7 +250,7 @@ def train(extras: Mapping[str, Any], pipes=None, callbacks: list | None = None) 
     kto = any(m in extras["mix_weights"] for m in UNDESIRABLE)  # undesirable rows (KTO_MIX): KTO, with the desirable
     dpo = "pairs" in extras["mix_weights"]  # preference pairs train: DPO
     teach = extras.get("teach")
-    data, texts, files = _rows(recipe, module, extras["dataset_uri"], storage, kto, dpo, text=bool(teach))
+    data, texts, files = _rows(recipe, module, extras["dataset_uri"], storage, text=bool(teach))
     taught = {}
     if teach:  # a new generation or a derivative: the champion's labels and next-token distributions
         data, texts, taught = _taught(recipe, module, teach, data, texts, files, extras["mix_weights"],
@@ -258,24 +286,32 @@ def train(extras: Mapping[str, Any], pipes=None, callbacks: list | None = None) 
         slices = slices.filter(pl.Series([slice_name(s, t) in focus for s, t in slices.iter_rows()], dtype=pl.Boolean))
         focused = data.with_row_index().join(slices, on=["skill", "tier"], how="semi", nulls_equal=True)
         weights[_at(focused)] *= extras["focus_weight"]
-    kto_rows = None
-    if kto:  # the warm-start model's log-probs, once: the frozen reference; an undesirable row is never imitated
-        rated = texts.filter(pl.col("mix").is_in(list(KTO_MIX)))
-        at = _at(rated)
-        kto_rows = _per_row(len(data), at, kto_reference(
-            recipe, module, rated["prompt"].to_list(), rated["target"].to_list(),
-            rated["mix"].replace_strict(KTO_MIX).to_list(), rated["tier"].to_list(), float(extras["kto_beta"]),
-            weights[at]))
-        scales[_at(rated.filter(pl.col("mix").is_in(UNDESIRABLE)))] = 0
-    dpo_rows = None
-    if dpo:  # both answers' log-probs under the warm-start model, once: the frozen reference
-        pairs = texts.filter(pl.col("mix") == "pairs")
-        at = _at(pairs)
-        dpo_rows = _per_row(len(data), at, dpo_reference(recipe, module, pairs["prompt"].to_list(),
-                                                         pairs["target"].to_list(), pairs["rejected"].to_list(),
-                                                         float(extras["dpo_beta"])))
-        # a pair teaches by DPO alone: its chosen answer is imitated by its own row (a correction or a thumbs-up)
-        scales[at] = 0
+    kto_rows = dpo_rows = None  # filled by `references` with the rows fit draws
+    if kto:  # an undesirable row is never imitated
+        kto_rows = torch.full((len(data),), -1, dtype=torch.int32)
+        scales[torch.isin(sources, _ids(names, UNDESIRABLE))] = 0
+    if dpo:  # a pair teaches by DPO alone: its chosen answer is imitated by its own row (a correction or a thumbs-up)
+        dpo_rows = torch.full((len(data),), -1, dtype=torch.int32)
+        scales[torch.isin(sources, _ids(names, ["pairs"]))] = 0
+
+    def references(drawn: torch.Tensor) -> None:
+        """The warm-start model's log-probs, the frozen references, of the KTO rows and pairs this process draws:
+        a few thousand rows of a history of millions."""
+        if kto:
+            rated, counts = drawn[torch.isin(sources[drawn], _ids(names, KTO_MIX))].unique(return_counts=True)
+            if len(rated):
+                rows = _texts_of(extras["dataset_uri"], storage, rated)
+                kto_rows[rated] = kto_reference(
+                    recipe, module, rows["prompt"].to_list(), rows["target"].to_list(),
+                    rows["mix"].replace_strict(KTO_MIX).to_list(), rows["tier"].to_list(), float(extras["kto_beta"]),
+                    counts.double()).int()
+        if dpo:
+            pairs = drawn[torch.isin(sources[drawn], _ids(names, ["pairs"]))].unique()
+            if len(pairs):
+                rows = _texts_of(extras["dataset_uri"], storage, pairs)
+                dpo_rows[pairs] = dpo_reference(recipe, module, rows["prompt"].to_list(), rows["target"].to_list(),
+                                                rows["rejected"].to_list(), float(extras["dpo_beta"])).int()
+
     row_count = len(data)
     by_mix = {f"rows_{n}": int(c) for n, c in zip(names, np.bincount(sources.numpy()), strict=True)}
     del data, texts  # not read again: their memory goes to training
@@ -289,7 +325,8 @@ def train(extras: Mapping[str, Any], pipes=None, callbacks: list | None = None) 
     result = fit(module, rows, weights=weights, max_steps=steps, max_seconds=extras["max_seconds"],
                  batch_size=extras["batch_size"], seed=seed, trainer=trainer,
                  report=report if pipes is not None else None, scales=scales, sources=sources,
-                 teacher_rows=teacher_rows, kto_rows=kto_rows, dpo_rows=dpo_rows, callbacks=callbacks)
+                 teacher_rows=teacher_rows, kto_rows=kto_rows, dpo_rows=dpo_rows, callbacks=callbacks,
+                 prepare=references if kto or dpo else None)
     if not result.is_global_zero:
         return None
     _write(extras["checkpoint_uri"], recipe.checkpoint(module), storage)
