@@ -32,6 +32,7 @@ def build_resources(settings: Settings) -> dict:
             artifact_root=None if settings.resolved_tracking_uri.startswith(("http://", "https://"))
             else f"file://{settings.resolved_home / 'mlartifacts'}",
             model_name=settings.model_name,
+            cache_dir=str(settings.cache_dir),
         ),
         "training_launcher": training_launcher_resource(settings),
     }

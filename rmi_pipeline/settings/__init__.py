@@ -73,7 +73,8 @@ class Settings(BaseSettings):
     home: Path = Field(default=Path(".rmi"), description="Where the loop keeps its state by default.")
     cache_dir: Path = Field(default=Path("~/.cache/rmi-pipeline"), validate_default=True, description="What any "
                             "home may reuse and remake at will: the feedback suite as SQL, compiled by Great "
-                            "Expectations once per version of the suite and of the libraries, not once per home.")
+                            "Expectations once per version of the suite and of the libraries, and an empty MLflow "
+                            "database per MLflow version, not once per home.")
     recipe: str = Field(default=DEFAULT_RECIPE, description="Import path 'module:Class' of the recipe that brings "
                         "the model.")
     model_name: str = Field(default="rmi-arithmetic", description="Registered model name in MLflow.")
