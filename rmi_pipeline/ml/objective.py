@@ -179,7 +179,7 @@ def kto_reference(recipe, module, prompts: list[str], targets: list[str], desira
     trains, become `module.kto`; returns each row's index into it (-1). A row's mismatched pair is its prompt with the
     completion of the previous KTO row of its group (TRL rotates a batch's completions by one the same way); within
     a group (the recipe's tier) another row's completion is one the prompt can take. `weights` (the rows' sampling
-    weights) balance lambda_D and lambda_U by the rows of each kind a batch draws."""
+    weights, or how often training draws each) balance lambda_D and lambda_U by the rows of each kind a batch draws."""
     at = [i for i, d in enumerate(desirable) if d is not None]
     rows = torch.full((len(desirable),), -1, dtype=torch.long)
     if not at:
@@ -283,10 +283,9 @@ def completion_log_probs(model, tokens: torch.Tensor, mask: torch.Tensor, batch_
     was_training, device = model.training, next(model.parameters()).device
     model.eval()
     out = []
-    with torch.no_grad():
-        for start in range(0, len(tokens), batch_size):
-            ids, m = tokens[start:start + batch_size].long().to(device), mask[start:start + batch_size].to(device)
-            out.append(sequence_log_probs(model(ids[:, :-1]), ids, m).cpu())
+    for start in range(0, len(tokens), batch_size):
+        ids, m = tokens[start:start + batch_size].long().to(device), mask[start:start + batch_size].to(device)
+        out.append(sequence_log_probs(model(ids[:, :-1]), ids, m).cpu())
     model.train(was_training)
     return torch.cat(out)
 

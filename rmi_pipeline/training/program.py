@@ -300,17 +300,17 @@ def train(extras: Mapping[str, Any], pipes=None, callbacks: list | None = None) 
         if kto:
             rated, counts = drawn[torch.isin(sources[drawn], _ids(names, KTO_MIX))].unique(return_counts=True)
             if len(rated):
-                rows = _texts_of(extras["dataset_uri"], storage, rated)
+                text = _texts_of(extras["dataset_uri"], storage, rated)
                 kto_rows[rated] = kto_reference(
-                    recipe, module, rows["prompt"].to_list(), rows["target"].to_list(),
-                    rows["mix"].replace_strict(KTO_MIX).to_list(), rows["tier"].to_list(), float(extras["kto_beta"]),
+                    recipe, module, text["prompt"].to_list(), text["target"].to_list(),
+                    text["mix"].replace_strict(KTO_MIX).to_list(), text["tier"].to_list(), float(extras["kto_beta"]),
                     counts.double()).int()
         if dpo:
             pairs = drawn[torch.isin(sources[drawn], _ids(names, ["pairs"]))].unique()
             if len(pairs):
-                rows = _texts_of(extras["dataset_uri"], storage, pairs)
-                dpo_rows[pairs] = dpo_reference(recipe, module, rows["prompt"].to_list(), rows["target"].to_list(),
-                                                rows["rejected"].to_list(), float(extras["dpo_beta"])).int()
+                text = _texts_of(extras["dataset_uri"], storage, pairs)
+                dpo_rows[pairs] = dpo_reference(recipe, module, text["prompt"].to_list(), text["target"].to_list(),
+                                                text["rejected"].to_list(), float(extras["dpo_beta"])).int()
 
     row_count = len(data)
     by_mix = {f"rows_{n}": int(c) for n, c in zip(names, np.bincount(sources.numpy()), strict=True)}
