@@ -2,7 +2,7 @@
 against one trained on the rows alone, on each recipe.
 
     python bench/generations.py [--recipes arithmetic,words] [--steps N] [--every N] [--arms A,B]
-                                [--champion-steps N] [--items N] [--seed 0]
+                                [--champion-steps N] [--items N] [--learning-rate LR] [--seed 0]
 
 Per recipe, from one champion and one training set: the champion (the recipe's `tiny`) is trained from scratch on
 generated problems of its tiers (what its cycles of practice taught it); the training set is what a dataset holds:
@@ -114,7 +114,8 @@ def arm(recipe, plan, folder: Path, size: str, teach: dict | None, steps: int, s
         "warm_start_uri": str(warm) if warm else None, "checkpoint_uri": str(out),
         "mix_weights": {"replay": 0.5, "feedback": 1.0, "practice": 1.0, "self_label": 1.0}, "model_size": size,
         "steps": steps, "max_seconds": 7200, "seed": seed, "batch_size": plan["batch"],
-        "learning_rate": plan["learning_rate"], "trainer": trainer, "teach": teach}, callbacks=[curve])
+        "learning_rate": plan.get("arm_learning_rate", plan["learning_rate"]), "trainer": trainer, "teach": teach},
+        callbacks=[curve])
     model = recipe.load_checkpoint(out.read_bytes()).eval()
     curve.points.append((metrics["steps_done"], sealed.mean(model)))
     return model, curve.points, metrics
@@ -221,6 +222,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--champion-steps", type=int, help="the champion's training steps (default: the plan's)")
     parser.add_argument("--items", type=int, help="sealed-eval items per slice (default: the plan's)")
+    parser.add_argument("--learning-rate", type=float, help="each arm's peak learning rate (default: the champion's)")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"which of {', '.join(ARMS)}; the taught generation's "
                         "next cycles follow it")
     args = parser.parse_args()
@@ -232,6 +234,8 @@ def main() -> None:
                 PLANS[name]["champion_steps"] = args.champion_steps
             if args.items:
                 PLANS[name]["items"] = args.items
+            if args.learning_rate:
+                PLANS[name]["arm_learning_rate"] = args.learning_rate
             folder = Path(tmp) / name
             folder.mkdir()
             out += bench(name, args.steps, args.every, args.seed, folder, args.arms.split(","))
