@@ -214,9 +214,12 @@ def daemon_marking_ticks(lag: float = 0.2):
     def running():
         return [s for s in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR) if s.is_running]
 
+    read = running()
+
     def mark() -> None:
-        read = running()
-        while not done.is_set() and len(running()) == len(read):
+        while len(running()) == len(read):
+            if done.is_set():  # nothing was stopped
+                return
             time.sleep(0.02)
         time.sleep(lag)
         for state in read:
