@@ -1,5 +1,5 @@
 """The cost of finding a champion's edge past the eval suite: to the digit, every probe whole (the baseline), against
-within PAST_WITHIN, each probe asked in LOOKS parts (the loop's way), same run, same champion.
+within SEARCH_WITHIN, each probe asked in LOOKS parts (the loop's way), same run, same champion.
 
     python bench/edge_search.py --home DIR [--version N] [--skills add,sub] [--above add=34,sub=30] [--repeats 3]
 
@@ -66,8 +66,7 @@ def main() -> None:
 
     import torch
 
-    from rmi_pipeline.ml.curriculum import LOOKS, reach
-    from rmi_pipeline.ml.self_label import PAST_WITHIN
+    from rmi_pipeline.ml.curriculum import LOOKS, SEARCH_WITHIN, reach
     from rmi_pipeline.recipes.base import load_recipe
     from rmi_pipeline.resources import build_resources, layout
     from rmi_pipeline.settings import Settings
@@ -83,11 +82,11 @@ def main() -> None:
     print("| skill | repeat | way | edge | tiers probed (x: not reliable) | problems asked | s | time ratio |")
     print("|---|---|---|---|---|---|---|---|")
     seconds, ways = {"base": 0.0, "now": 0.0}, {"base": "to the digit, whole probes",
-                                                "now": f"within {PAST_WITHIN:.0%}, in {LOOKS} parts"}
+                                                "now": f"within {SEARCH_WITHIN:.0%}, in {LOOKS} parts"}
     for skill in (args.skills.split(",") if args.skills else recipe.skills):
         for repeat in range(args.repeats):
             base = search(recipe, model, skill, above[skill], settings, 1, 0.0, repeat)
-            now = search(recipe, model, skill, above[skill], settings, LOOKS, PAST_WITHIN, repeat)
+            now = search(recipe, model, skill, above[skill], settings, LOOKS, SEARCH_WITHIN, repeat)
             for way, r in (("base", base), ("now", now)):
                 seconds[way] += r["seconds"]
                 print(f"| {skill} | {repeat} | {ways[way]} | {r['edge']} | {' '.join(r['probed'])} | {r['asked']:,} "

@@ -161,3 +161,53 @@ def test_a_champion_that_generalizes_past_the_suite_s_growth_gets_a_horizon_slic
         assert old == between[skill] and near["tier"] > first[skill][1]["tier"]
         assert far["tier"] == min(FAR * near["tier"], recipe.hardest_tier)
         assert meta[f"champion {skill}/{near['tier']}"] < HORIZON
+
+
+def _grown(recipe, monkeypatch, within: float) -> tuple[list, dict, dict, int]:
+    """suite_growth over a 12-tier suite of 40 items a slice, its searches halving to within `within`: (new items,
+    tiers added, scores, problems the champion answered)."""
+    import random
+
+    from rmi_pipeline.ml import curriculum
+
+    monkeypatch.setattr(curriculum, "SEARCH_WITHIN", within)
+    suite = [vars(t) for t in recipe.build_eval_suite(random.Random(0), 40)]
+    asked = []
+
+    def correct(tasks):
+        asked.append(len(tasks))
+        return recipe.correct(None, tasks)
+
+    new, added, scores = curriculum.suite_growth(recipe, correct, suite, 0.9, 3, random.Random("grow"), 40)
+    return new, added, scores, sum(asked)
+
+
+def test_the_suite_s_searches_seal_what_they_did_to_the_digit_within_50_tiers_and_stay_near_the_reach_past_them(
+        monkeypatch):
+    from rmi_pipeline.ml.curriculum import HORIZON, SEARCH_WITHIN
+
+    recipe = KnowsUpTo()
+    # within 50 tiers (make run's reaches) the same slices, problems and champion scores: the same eval_headroom
+    # and gate decisions on the same seeds
+    for knows, fades_over in ((8, 40), (20, 20), (30, 12)):
+        monkeypatch.setattr(KnowsUpTo, "knows", knows)
+        monkeypatch.setattr(KnowsUpTo, "fades_over", fades_over)
+        digit, now = _grown(recipe, monkeypatch, 0.0), _grown(recipe, monkeypatch, SEARCH_WITHIN)
+        assert now == digit and any(i.get("horizon") for i in now[0]), (knows, now[1])
+    # far past them, a search stops within SEARCH_WITHIN of the tier where the champion starts failing, in fewer
+    # problems than to the digit
+    monkeypatch.setattr(KnowsUpTo, "knows", 400)
+    monkeypatch.setattr(KnowsUpTo, "fades_over", 60)
+    (_, added_digit, scores_digit, asked_digit), (_, added, scores, asked) = (
+        _grown(recipe, monkeypatch, 0.0), _grown(recipe, monkeypatch, SEARCH_WITHIN))
+
+    def near(added: dict, scores: dict, skill: str) -> int:  # the horizon slice: the first sealed tier it fails
+        return min(t for t in added[skill] if scores.get(f"{skill}/{t}", 1.0) < HORIZON)
+
+    for skill in recipe.skills:
+        tier = near(added, scores, skill)
+        held = max(t for name, score in scores.items()
+                   if name.startswith(f"{skill}/") and (t := int(name.split("/")[1])) < tier and score >= HORIZON)
+        assert tier - held <= SEARCH_WITHIN * held and held > 300
+        assert abs(tier - near(added_digit, scores_digit, skill)) <= 2 * SEARCH_WITHIN * tier
+    assert asked < 0.9 * asked_digit

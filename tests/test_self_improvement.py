@@ -260,7 +260,7 @@ def test_past_the_suite_a_tier_whose_first_problems_keep_no_label_is_not_labelle
 
 
 def test_a_long_edge_past_the_suite_is_found_to_within_2_percent_and_probes_past_it_stop_early():
-    """Past the suite, finding the edge was most of a long climb's practice: it is found to within PAST_WITHIN, and
+    """Past the suite, finding the edge was most of a long climb's practice: it is found to within SEARCH_WITHIN, and
     a probe stops once the problems it asked show the tier cannot be reliable."""
     from knowing_recipe import KnowsUpTo
 

@@ -18,6 +18,7 @@ FAR = 8  # and a second one this many times further out, which keeps the headroo
 FULL_COUNT_TIER = 10  # past this tier, fewer problems are made, in proportion (problems_at)
 FEWEST = 30  # problems that measure a long tier (of `n` asked, if fewer): see measured_at
 LOOKS = 3  # a probe asks its problems in this many parts, the next only while its outcome is still open
+SEARCH_WITHIN = 0.02  # searches past the suite halve to within this share of a tier: at 700, to 14 tiers; at 50, 1
 
 
 def problems_at(n: int, tier: int) -> int:
@@ -100,22 +101,28 @@ def frontier(recipe, model, rng: random.Random, per_tier: int, saturation: float
 
 
 def horizon(recipe, correct, skill: str, above: int, rng: random.Random, per_tier: int,
-            scores: dict, at: float = HORIZON, last: int | None = None) -> tuple[int, list] | None:
-    """(tier, its problems): the first tier past `above` where the model answers fewer than `at` of fresh
-    problems, found at doubling steps and then by halving (scores go into `scores`), or None up to `last` (the
-    recipe's hardest). measured_at of `per_tier` are drawn at each tier probed: the gate counts the slice. Probes
-    are scored in parts (share_right); at HORIZON a tier is only found failing once all its problems are scored, so
-    the slice sealed from it is whole (edge_slice searches at saturation, and seals fresh problems)."""
-    drawn = {}
+            scores: dict, at: float = HORIZON, last: int | None = None) -> tuple[int, list, int] | None:
+    """(tier, its problems, the highest tier probed below it that holds): the first tier past `above` found where
+    the model answers fewer than `at` of fresh problems, at doubling steps and then by halving to within
+    SEARCH_WITHIN of the tier (scores go into `scores`), or None up to `last` (the recipe's hardest). Past 50 tiers
+    a tier found is within 2% of the first failing one, so a search costs a few probes near the reach, not one per
+    halving. measured_at of `per_tier` are drawn at each tier probed: the gate counts the slice. Probes are scored
+    in parts (share_right); at HORIZON a tier is only found failing once all its problems are scored, so the slice
+    sealed from it is whole (edge_slice searches at saturation, and seals fresh problems)."""
+    drawn, shares = {}, {}
 
     def holds(tier: int) -> bool:
         drawn[tier] = recipe.build_eval_suite(rng, measured_at(per_tier, tier),
                                               {s: [tier] if s == skill else [] for s in recipe.skills})
-        scores[slice_name(skill, tier)] = share_right(correct, drawn[tier], at)
-        return scores[slice_name(skill, tier)] >= at
+        shares[tier] = scores[slice_name(skill, tier)] = share_right(correct, drawn[tier], at)
+        return shares[tier] >= at
 
-    tier = first_unsolved(holds, above + 1, recipe.hardest_tier if last is None else last)
-    return (tier, drawn[tier]) if tier in drawn else None
+    first_unsolved(holds, above + 1, recipe.hardest_tier if last is None else last, within=SEARCH_WITHIN)
+    failing = [t for t, share in shares.items() if share < at]
+    if not failing:
+        return None
+    tier = min(failing)
+    return tier, drawn[tier], max((t for t, share in shares.items() if t < tier and share >= at), default=above)
 
 
 def suite_growth(recipe, correct, items: list[dict], saturation: float, lead: int, rng: random.Random,
@@ -188,7 +195,7 @@ def suite_growth(recipe, correct, items: list[dict], saturation: float, lead: in
         found = horizon(recipe, correct, skill, hardest, rng, per_tier, scores)
         if found is None:
             continue
-        tier, tasks = found
+        tier, tasks, _ = found
         new.extend({**vars(t), "horizon": True} for t in tasks)
         far_tier = min(FAR * tier, recipe.hardest_tier)
         if far_tier > tier:  # a cycle may carry a champion far past `tier`: a second slice keeps the headroom
@@ -223,7 +230,7 @@ def edge_slice(recipe, correct, skill: str, dense_top: int, tiers: list[int], sa
         return None  # its reach is within the dense tiers, a slice each
     near = min((t for t in tiers if t > below), default=recipe.hardest_tier + 1)
     found = horizon(recipe, correct, skill, below, rng, per_tier, scores, at=saturation, last=near - 1)
-    edge = near - 1 if found is None else found[0] - 1
+    edge = near - 1 if found is None else found[2]
     if edge <= below:
         return None
     tasks = recipe.build_eval_suite(rng, measured_at(per_tier, edge),

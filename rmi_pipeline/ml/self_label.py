@@ -15,7 +15,7 @@ Where the recipe gives a route (another way to the same answer, through other pr
 must walk it to the label too: working back meets the model's own slips again, so checks keep labels only about as
 right as its greedy answers, while a route asks about other problems (arithmetic at 34 digits: labels 0.995 and
 1.000 right with the route, 0.93-0.95 with checks alone; the route keeps three in four).
-Past the suite the edge is found to within PAST_WITHIN of it, and a probe stops once the problems asked show it
+Past the suite the edge is found to within SEARCH_WITHIN of it, and a probe stops once the problems asked show it
 cannot be reliable (agreement_at): where a champion reaches far past the suite, that search, not the labelling, is
 most of practice (bench/edge_search.py).
 """
@@ -26,10 +26,8 @@ import random
 from dataclasses import dataclass, field
 
 from ..settings import SelfLabelling
-from .curriculum import FEWEST, LOOKS, first_unsolved, measured_at, problems_at, share_right
+from .curriculum import FEWEST, LOOKS, SEARCH_WITHIN, first_unsolved, measured_at, problems_at, share_right
 from .tasks import slice_name
-
-PAST_WITHIN = 0.02  # past the suite, the edge is found to within this share of it: at tier 700, to 14 tiers
 
 
 @dataclass
@@ -68,7 +66,7 @@ def self_label(recipe, model, rng: random.Random, options: SelfLabelling, seed: 
                 continue  # reliable at every tier the recipe has: nothing past it to label
             edge = max(recipe.tiers[0], last[skill] - tiers + 1)
             if options.past_suite:
-                past = first_unsolved(reliable, last[skill] + 1, recipe.hardest_tier, within=PAST_WITHIN)
+                past = first_unsolved(reliable, last[skill] + 1, recipe.hardest_tier, within=SEARCH_WITHIN)
                 if past <= recipe.hardest_tier:
                     out.past[skill] = past
         out.tiers[skill] = edge
