@@ -104,11 +104,11 @@ def horizon(recipe, correct, skill: str, above: int, rng: random.Random, per_tie
             scores: dict, at: float = HORIZON, last: int | None = None) -> tuple[int, list, int] | None:
     """(tier, its problems, the highest tier probed below it that holds): the first tier past `above` found where
     the model answers fewer than `at` of fresh problems, at doubling steps and then by halving to within
-    SEARCH_WITHIN of the tier (scores go into `scores`), or None up to `last` (the recipe's hardest). Past 50 tiers
-    a tier found is within 2% of the first failing one, so a search costs a few probes near the reach, not one per
-    halving. measured_at of `per_tier` are drawn at each tier probed: the gate counts the slice. Probes are scored
-    in parts (share_right); at HORIZON a tier is only found failing once all its problems are scored, so the slice
-    sealed from it is whole (edge_slice searches at saturation, and seals fresh problems)."""
+    SEARCH_WITHIN of the tier, so a search far out costs a few probes near the reach, not one per halving (scores
+    go into `scores`), or None up to `last` (the recipe's hardest). measured_at of `per_tier` are drawn at each
+    tier probed: the gate counts the slice. Probes are scored in parts (share_right); at HORIZON a tier is only
+    found failing once all its problems are scored, so the slice sealed from it is whole (edge_slice searches at
+    saturation, and seals fresh problems)."""
     drawn, shares = {}, {}
 
     def holds(tier: int) -> bool:
