@@ -54,7 +54,7 @@ def cycle(recipe, model, reach: int, top: int, skill: str, settings) -> dict:
     from rmi_pipeline.ml.curriculum import suite_growth
     from rmi_pipeline.ml.tasks import Task
 
-    suite = [{**vars(t)} for t in recipe.build_eval_suite(
+    suite = [vars(t) for t in recipe.build_eval_suite(
         random.Random(f"suite-{top}"), settings.evals.items_per_slice,
         {s: list(range(1, top + 1 if s == skill else 4)) for s in recipe.skills})]
     reaches = {s: reach if s == skill else 1 for s in recipe.skills}
@@ -94,8 +94,7 @@ def main() -> None:
 
     torch.set_num_threads(os.cpu_count() or 1)
     torch.manual_seed(0)
-    settings = Settings()
-    recipe = load_recipe(settings.recipe)
+    settings, recipe = Settings(), load_recipe("rmi_pipeline.recipes.arithmetic:ArithmeticRecipe")
     model = recipe.build_model(1e-3, 1).model.eval()
     within = curriculum.SEARCH_WITHIN if args.within is None else args.within
     print(f"suite tiers 1..{args.top} of {args.skill}, {settings.evals.items_per_slice} items a slice; "
