@@ -59,7 +59,7 @@ TASK_ENV := RMI_HOME=$(CURDIR)/.rmi-task RMI_TRAIN_STEPS=300 RMI_SIM_QUERIES_PER
 run-task: $(HF_STAMP)  ## the whole loop on a task it cannot check (a team's model, eval file and judge), 3 cycles
 	$(TASK_ENV) $(BIN)/rmi run --fresh --cycles 3 --task catalogue
 
-test: $(DEV_STAMP)  ## the test suite (about 19 minutes on 2 cores, install included)
+test: $(DEV_STAMP)  ## the test suite (about 20 minutes on 2 cores, install included)
 	@# the browser test drives Debian's Chromium (never a downloaded browser); installed when we may
 	command -v chromium >/dev/null || [ "$$(id -u)" != 0 ] || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
