@@ -122,7 +122,7 @@ def served(loop_home, tmp_path_factory):
 # once. (xdist's own `loadgroup` marks do nothing under pytest 9: it renames `item._nodeid`, which pytest 9 no
 # longer reads.)
 LOOP_FILES = {"test_browser.py", "test_canary_live.py", "test_challengers_loop.py", "test_cli.py", "test_ddp.py",
-              "test_generations_loop.py", "test_loop.py", "test_serving.py", "test_ui.py"}
+              "test_generations_loop.py", "test_loop.py", "test_serving.py"}
 
 
 def pytest_configure(config):

@@ -1,5 +1,6 @@
-"""Pages in a real browser (Debian's headless Chromium, driven by playwright): the loop's stages in the Dagster UI,
-and the gateway's chat page, where a click becomes feedback in the warehouse.
+"""`rmi ui` over the loop's home, and pages in a real browser (Debian's headless Chromium, driven by playwright):
+the loop's graph, runs and sensors in the Dagster UI, its stages as a newcomer sees them, and the gateway's chat
+page, where a click becomes feedback in the warehouse.
 
 Set RMI_UPDATE_SCREENSHOT=1 to refresh docs/lineage.png, the picture docs/explanation/architecture.md shows.
 """
@@ -23,8 +24,34 @@ needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                     reason="needs Debian's chromium (`make test` installs it as root)")
 
 
+@pytest.fixture(scope="module")
+def ui(loop_home, tmp_path_factory):
+    """`rmi ui` (the webserver and the daemon) over the loop's home, started once for this file's tests (about 20 s
+    of CPU a start). No cycle of its own: the loop's closing round left enough new feedback to start one, whose run
+    would change what the pages show (checks in progress) and the shared home the other tests read."""
+    with dagster_dev(loop_home["home"], tmp_path_factory.mktemp("ui") / "ui.log",
+                     RMI_CYCLE_MIN_NEW_EVENTS=str(10**9)) as graphql:
+        yield graphql
+
+
+def test_ui_shows_the_graph_and_the_runs_of_the_loop(ui):
+    assets = {n["assetKey"]["path"][0] for n in ui("{ assetNodes { assetKey { path } } }")["assetNodes"]}
+    runs = ui("{ runsOrError { ... on Runs { results { jobName status } } } }")["runsOrError"]["results"]
+    sensors = ui("{ repositoriesOrError { ... on RepositoryConnection { nodes { sensors { name sensorState "
+                 "{ status } } } } } }")["repositoriesOrError"]["nodes"][0]["sensors"]
+    assert {"feedback_batch", "feedback_events", "training_dataset", "candidate_model", "candidate_evaluation",
+            "champion"} <= assets
+    jobs = sorted(r["jobName"] for r in runs if r["status"] == "SUCCESS")
+    assert jobs.count("improvement_cycle") >= 2 and "ingest_feedback" in jobs
+    assert {s["name"]: s["sensorState"]["status"] for s in sensors} == {
+        name: "RUNNING" for name in ("new_feedback_sensor", "enough_feedback_sensor", "regression_sensor",
+                                     "canary_sensor", "generation_sensor", "derivative_sensor",
+                                     "approval_deadline_sensor", "health_after_ingest", "health_after_cycle",
+                                     "run_failure_alert", "alert_outbox", "dead_run_sensor", "forget_sensor")}
+
+
 @needs_chromium
-def test_a_newcomer_sees_every_stage_described_and_the_gate_as_a_check_with_its_slices(loop_home, tmp_path):
+def test_a_newcomer_sees_every_stage_described_and_the_gate_as_a_check_with_its_slices(ui, tmp_path):
     """The catalog, the lineage, and candidate_evaluation's page: the gate's check and its per-slice table shown
     as they are, without a dialog to open."""
     from playwright.sync_api import sync_playwright
@@ -33,10 +60,7 @@ def test_a_newcomer_sees_every_stage_described_and_the_gate_as_a_check_with_its_
 
     graph = defs.resolve_asset_graph()
     described = {k.to_user_string(): graph.get(k).description for k in graph.get_all_asset_keys()}
-    # no cycle of its own: the loop's closing round left enough new feedback to start one, whose run would change
-    # what the page shows (checks in progress) and the shared home the other tests read
-    with dagster_dev(loop_home["home"], tmp_path / "ui.log", RMI_CYCLE_MIN_NEW_EVENTS=str(10**9)) as ui, \
-            sync_playwright() as p:
+    with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
         base = f"http://127.0.0.1:{ui.port}"

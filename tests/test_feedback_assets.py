@@ -90,3 +90,18 @@ def test_sensor_finds_every_new_batch_whatever_its_name_and_skips_known_ones(int
     again = tick()  # the three never ran: asked for again under the same run key, which the daemon runs once
     assert sorted(r.partition_key for r in again.run_requests) == ["0-earlier-name.jsonl", *keys]
     assert all(r.run_key == r.partition_key for r in again.run_requests)
+
+
+def test_an_ingest_process_finds_each_prompt_s_slice_without_importing_torch():
+    """Each ingest is a process of its own (the CLI, a run of the daemon): reading the recipe's slices from prompts
+    needs no model, so it does not pay torch's import (2 s of CPU a process)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, polars as pl; from rmi_pipeline.assets.feedback import add_slices; "
+            "from rmi_pipeline.settings import DEFAULT_RECIPE; "
+            "e = pl.DataFrame({'prompt': ['12+34=', '1234-5=', 'hello'], 'skill': [None, None, 'chat']}, "
+            "schema={'prompt': pl.String, 'skill': pl.String}); out = add_slices(e, DEFAULT_RECIPE); "
+            "print(out['skill'].to_list(), out['tier'].to_list(), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "['add', 'sub', 'chat'] [2, 4, None] False"

@@ -6,8 +6,6 @@ import inspect
 import json
 from pathlib import Path
 
-import torch
-
 from ..base import Recipe, Task
 from ..completion import LENGTH, STOP, Completion, Decoding, stopped
 from . import problems, tokens
@@ -58,6 +56,7 @@ class ArithmeticRecipe(Recipe):
 
     def encode(self, module, prompts, completions):
         import polars as pl
+        import torch
 
         rows = tokens.model_rows(pl.Series(prompts, dtype=pl.String), pl.Series(completions, dtype=pl.String))
         if not rows["trainable"].all():
@@ -198,6 +197,8 @@ class ArithmeticRecipe(Recipe):
     def _decode_rows(net, parsed: list, widths: list[int], bans: list | None, limit: int | None, padded: bool,
                      **decoding) -> list[tuple[str, int, bool]]:
         """One pass over rows of near widths, left-padded to the widest (narrowest first)."""
+        import torch
+
         from .decoding import decode
 
         n = widths[-1]  # the widest: every row's answer begins where its answer token ends

@@ -7,8 +7,12 @@ place of their segment, and the answer has one digit more. Rows of a batch are r
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported where a tensor is made: reading feedback labels prompts without it
+    import torch
 
 VOCAB = "0123456789+-=."
 STOI = {c: i for i, c in enumerate(VOCAB)}
@@ -37,9 +41,13 @@ def model_answer(value: int, digits: int) -> str:
     return str(value).zfill(digits)[::-1]
 
 
-def encode(texts: list[str], dtype: torch.dtype = torch.long) -> torch.Tensor:
-    """Texts as token ids (B, T), right-padded with PAD to the longest, one lookup over the joined texts. Training
-    rows ask for torch.uint8: 14 tokens fit a byte, and 10M rows take a ninth of their size as int64."""
+def encode(texts: list[str], dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Texts as token ids (B, T), right-padded with PAD to the longest, one lookup over the joined texts; int64
+    unless `dtype` says otherwise. Training rows ask for torch.uint8: 14 tokens fit a byte, and 10M rows take a
+    ninth of their size as int64."""
+    import torch
+
+    dtype = dtype or torch.long
     if not texts:
         return torch.empty(0, 0, dtype=dtype)
     longest = max(map(len, texts))
@@ -72,10 +80,13 @@ def model_rows(prompts, answers):
     ).collect()
 
 
-def encode_column(texts, dtype: torch.dtype = torch.long) -> torch.Tensor:
+def encode_column(texts, dtype: torch.dtype | None = None) -> torch.Tensor:
     """`encode` of a polars String Series, without a Python string per row: right-padded in polars, looked up from
     the bytes arrow holds them in."""
     import pyarrow as pa
+    import torch
+
+    dtype = dtype or torch.long
 
     if texts.len() == 0:
         return torch.empty(0, 0, dtype=dtype)
