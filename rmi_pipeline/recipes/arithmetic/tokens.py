@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # torch is imported where a tensor is made: reading feedback labels prompts without it
+if TYPE_CHECKING:  # torch is imported where a tensor is made: reading feedback finds prompts' slices without it
     import torch
 
 VOCAB = "0123456789+-=."
