@@ -45,17 +45,20 @@ def encode(texts: list[str], dtype: torch.dtype | None = None) -> torch.Tensor:
     """Texts as token ids (B, T), right-padded with PAD to the longest, one lookup over the joined texts; int64
     unless `dtype` says otherwise. Training rows ask for torch.uint8: 14 tokens fit a byte, and 10M rows take a
     ninth of their size as int64."""
-    import torch
-
-    dtype = dtype or torch.long
-    if not texts:
-        return torch.empty(0, 0, dtype=dtype)
-    longest = max(map(len, texts))
+    longest = max(map(len, texts), default=0)
     ids = _IDS[np.frombuffer("".join(t.ljust(longest, PAD) for t in texts).encode("ascii", errors="replace"),
                              dtype=np.uint8)]
+    return _tensor(ids, len(texts), longest, dtype)
+
+
+def _tensor(ids: np.ndarray, rows: int, width: int, dtype: torch.dtype | None) -> torch.Tensor:
+    """Looked-up token ids as a (rows, width) tensor of `dtype` (int64 unless given); a character outside VOCAB is
+    an error."""
+    import torch
+
     if (ids == _NOT_IN_VOCAB).any():
         raise ValueError(f"a text to encode has a character outside {VOCAB!r}")
-    return torch.from_numpy(ids.reshape(len(texts), longest)).to(dtype)
+    return torch.from_numpy(ids.reshape(rows, width)).to(dtype or torch.long)
 
 
 def model_rows(prompts, answers):
@@ -84,12 +87,9 @@ def encode_column(texts, dtype: torch.dtype | None = None) -> torch.Tensor:
     """`encode` of a polars String Series, without a Python string per row: right-padded in polars, looked up from
     the bytes arrow holds them in."""
     import pyarrow as pa
-    import torch
-
-    dtype = dtype or torch.long
 
     if texts.len() == 0:
-        return torch.empty(0, 0, dtype=dtype)
+        return _tensor(_IDS[:0], 0, 0, dtype)
     longest = int(texts.str.len_bytes().max())
     column = texts.str.pad_end(longest, PAD).to_arrow().cast(pa.large_string())
     column = pa.concat_arrays(column.chunks) if isinstance(column, pa.ChunkedArray) else column
@@ -98,9 +98,7 @@ def encode_column(texts, dtype: torch.dtype | None = None) -> torch.Tensor:
     if texts.null_count() or end - start != len(column) * longest:  # a character of several bytes: not ASCII
         raise ValueError(f"a text to encode has a character outside {VOCAB!r}")
     ids = _IDS[np.frombuffer(column.buffers()[2], dtype=np.uint8, count=end - start, offset=start)]
-    if (ids == _NOT_IN_VOCAB).any():
-        raise ValueError(f"a text to encode has a character outside {VOCAB!r}")
-    return torch.from_numpy(ids.reshape(len(column), longest)).to(dtype)
+    return _tensor(ids, len(column), longest, dtype)
 
 
 def read_answer(token_ids: list[int]) -> str:
